@@ -1,0 +1,307 @@
+"""Run the book's notebooks through papermill and build the HTML.
+
+A run executes every ``notebooks/*.py`` (jupytext py:percent, one cell tagged
+``parameters``) with a preset's parameters into its own run folder
+``runs/<UTC time>-<preset>/``, which is never overwritten, records each
+notebook's parameters and wall time in ``run.json``, copies the executed
+notebooks into ``book/generated/`` and builds the book with jupyter-book
+(execution off: the notebooks already ran).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from crslib._io import atomic_write_json, atomic_write_text
+from crslib.config import load_preset
+from crslib.errors import ConfigError, NotebookError
+
+log = logging.getLogger(__name__)
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+GENERATED = Path("book") / "generated"
+VERSIONED_PACKAGES = (
+    "crslib", "numpy", "pandas", "scikit-learn", "torch", "torchvision", "timm",
+    "faiss-cpu", "onnxruntime", "papermill", "jupytext", "jupyter-book",
+)
+
+
+@dataclass
+class NotebookRecord:
+    """What one notebook execution used and took."""
+
+    name: str
+    parameters: dict[str, Any]
+    seconds: float
+    output: str
+
+
+@dataclass
+class RunRecord:
+    """One ``crs book`` run: where it lives and what it executed."""
+
+    run_id: str
+    run_dir: str
+    preset: str
+    config: dict[str, Any]
+    started_utc: str
+    notebooks: list[NotebookRecord] = field(default_factory=list)
+    versions: dict[str, str] = field(default_factory=dict)
+    html_index: str | None = None
+    build_seconds: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
+    """Names and default values assigned in a notebook's ``parameters`` cell.
+
+    Parameters
+    ----------
+    path : path
+        A jupytext py:percent notebook.
+
+    Returns
+    -------
+    dict
+        Parameter name -> default value (literals only, by design: the
+        parameters cell holds scalars).
+
+    Raises
+    ------
+    ConfigError
+        If the notebook has no cell tagged ``parameters``, or more than one.
+    """
+    import jupytext
+
+    notebook = jupytext.read(path)
+    cells = [c for c in notebook.cells if "parameters" in c.get("metadata", {}).get("tags", [])]
+    if len(cells) != 1:
+        raise ConfigError(
+            f"notebook {path} must have exactly one cell tagged 'parameters' "
+            f"(found {len(cells)}); mark it with '# %% tags=[\"parameters\"]'"
+        )
+    values: dict[str, Any] = {}
+    for node in ast.parse(cells[0].source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                values[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                raise ConfigError(
+                    f"parameter {node.targets[0].id} in {path} must be a literal scalar"
+                ) from None
+    return values
+
+
+def list_notebooks(notebook_dir: str | os.PathLike | None = None) -> list[Path]:
+    """The book's notebook sources in execution order (sorted by file name)."""
+    folder = Path(notebook_dir) if notebook_dir else REPO_ROOT / "notebooks"
+    paths = sorted(p for p in folder.glob("[0-9]*.py"))
+    if not paths:
+        raise ConfigError(f"no notebooks (NN_name.py) found in {folder}")
+    return paths
+
+
+def resolve_parameters(config: dict[str, Any], notebook: Path) -> dict[str, Any]:
+    """The parameters a preset gives one notebook.
+
+    Shared ``parameters`` apply to every notebook that declares them; the
+    preset's ``notebooks.<name>`` section overrides them for that notebook
+    and may only name parameters the notebook declares.
+    """
+    declared = notebook_parameters(notebook)
+    shared = config.get("parameters") or {}
+    own = (config.get("notebooks") or {}).get(notebook.stem) or {}
+    unknown = sorted(set(own) - set(declared))
+    if unknown:
+        raise ConfigError(
+            f"preset {config.get('name')!r} sets {', '.join(unknown)} for notebook "
+            f"{notebook.stem}, which declares only {', '.join(sorted(declared))}"
+        )
+    chosen = {k: v for k, v in shared.items() if k in declared}
+    chosen.update(own)
+    return chosen
+
+
+def package_versions() -> dict[str, str]:
+    """Installed versions of the packages that shape a run's numbers."""
+    versions = {"python": platform.python_version()}
+    for name in VERSIONED_PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def _new_run_dir(run_root: Path, preset: str) -> tuple[str, Path]:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for attempt in range(1000):
+        run_id = f"{stamp}-{preset}" + (f"-{attempt}" if attempt else "")
+        run_dir = run_root / run_id
+        try:
+            run_dir.mkdir(parents=True)
+            return run_id, run_dir
+        except FileExistsError:
+            continue
+    raise ConfigError(f"cannot create a new run folder under {run_root}")
+
+
+def execute_notebook(source: Path, output: Path, parameters: dict[str, Any], *, cwd: Path) -> float:
+    """Execute one jupytext notebook with papermill; return its wall time.
+
+    Raises
+    ------
+    NotebookError
+        Naming the notebook, the failing cell and the error.
+    """
+    import jupytext
+    import papermill
+    from papermill.exceptions import PapermillExecutionError
+
+    notebook = jupytext.read(source)
+    notebook.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
+    output.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    try:
+        papermill.execute_notebook(
+            notebook,
+            str(output),
+            parameters=parameters,
+            kernel_name="python3",
+            progress_bar=False,
+            cwd=str(cwd),
+        )
+    except PapermillExecutionError as exc:
+        first_line = (exc.source or "").strip().splitlines()[:1]
+        raise NotebookError(
+            f"notebook {source.stem} failed in cell {exc.exec_count} "
+            f"({first_line[0] if first_line else 'empty cell'!r}): {exc.ename}: {exc.evalue}. "
+            f"The partly executed notebook is {output}"
+        ) from None
+    return time.perf_counter() - start
+
+
+def run_notebooks(
+    preset: str | os.PathLike = "default",
+    *,
+    only: Sequence[str] | None = None,
+    run_root: str | os.PathLike | None = None,
+    notebook_dir: str | os.PathLike | None = None,
+) -> RunRecord:
+    """Execute the book's notebooks with a preset into a new run folder.
+
+    Parameters
+    ----------
+    preset : str or path
+        ``quick``, ``default``, ``full`` or a YAML config file.
+    only : sequence of str, optional
+        Notebook stems (or their number prefixes, e.g. ``"01"``) to run.
+    run_root : path, optional
+        Parent folder of run folders; default ``runs/`` in the repository.
+    notebook_dir : path, optional
+        Where the notebook sources are; default ``notebooks/``.
+
+    Returns
+    -------
+    RunRecord
+        Also written to ``<run_dir>/run.json``.
+    """
+    config = load_preset(preset)
+    notebooks = list_notebooks(notebook_dir)
+    if only:
+        wanted = set(only)
+        notebooks = [p for p in notebooks if p.stem in wanted or p.stem.split("_")[0] in wanted]
+        if not notebooks:
+            raise ConfigError(f"no notebook matches {', '.join(only)}")
+    root = Path(run_root) if run_root else REPO_ROOT / "runs"
+    run_id, run_dir = _new_run_dir(root, str(config["name"]))
+    atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+    record = RunRecord(
+        run_id=run_id,
+        run_dir=str(run_dir),
+        preset=str(config["name"]),
+        config=config,
+        started_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        versions=package_versions(),
+    )
+    for source in notebooks:
+        parameters = resolve_parameters(config, source)
+        parameters["results_dir"] = str(run_dir / "results" / source.stem)
+        output = run_dir / "notebooks" / f"{source.stem}.ipynb"
+        log.info("executing %s with %s", source.name, parameters)
+        seconds = execute_notebook(source, output, parameters, cwd=run_dir)
+        record.notebooks.append(NotebookRecord(source.stem, parameters, round(seconds, 2), str(output)))
+        atomic_write_json(run_dir / "run.json", record.to_dict())
+        log.info("%s done in %.1f s", source.stem, seconds)
+    atomic_write_json(run_dir / "run.json", record.to_dict())
+    return record
+
+
+def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) -> Path:
+    """Copy a run's executed notebooks and record into ``book/generated/``."""
+    root = Path(book_root) if book_root else REPO_ROOT
+    target = root / GENERATED
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(parents=True)
+    for notebook in record.notebooks:
+        shutil.copy2(notebook.output, target / Path(notebook.output).name)
+    shutil.copy2(Path(record.run_dir) / "run.json", target / "run.json")
+    return target
+
+
+def build_html(*, book_root: str | os.PathLike | None = None) -> Path:
+    """Build the Jupyter Book (Sphinx, execution off); return ``index.html``.
+
+    Raises
+    ------
+    NotebookError
+        If jupyter-book fails; the message carries the end of its log.
+    """
+    root = Path(book_root) if book_root else REPO_ROOT
+    command = [sys.executable, "-m", "jupyter_book", "build", str(root), "--builder", "html"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    result = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
+        raise NotebookError(f"jupyter-book build failed:\n{tail}")
+    index = root / "_build" / "html" / "index.html"
+    if not index.is_file():
+        raise NotebookError(f"jupyter-book finished but {index} is missing")
+    return index
+
+
+def build_book(
+    preset: str | os.PathLike = "default",
+    *,
+    only: Sequence[str] | None = None,
+    run_root: str | os.PathLike | None = None,
+    book_root: str | os.PathLike | None = None,
+    build: bool = True,
+) -> RunRecord:
+    """Run the notebooks with a preset, stage them and build the HTML book."""
+    record = run_notebooks(preset, only=only, run_root=run_root)
+    stage_run(record, book_root=book_root)
+    if build:
+        start = time.perf_counter()
+        record.html_index = str(build_html(book_root=book_root))
+        record.build_seconds = round(time.perf_counter() - start, 2)
+        atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
+    return record
