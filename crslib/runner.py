@@ -276,7 +276,10 @@ def build_html(*, book_root: str | os.PathLike | None = None) -> Path:
         If jupyter-book fails; the message carries the end of its log.
     """
     root = Path(book_root) if book_root else REPO_ROOT
-    command = [sys.executable, "-m", "jupyter_book", "build", str(root), "--builder", "html"]
+    executable = Path(sys.executable).parent / "jupyter-book"
+    if not executable.exists():
+        executable = Path(shutil.which("jupyter-book") or "jupyter-book")
+    command = [str(executable), "build", str(root), "--builder", "html"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     result = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
     if result.returncode != 0:

@@ -1,0 +1,68 @@
+"""Notebook 01 executed by papermill with the quick preset, and the book built from it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from crslib.runner import build_book
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="session")
+def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
+    """A copy of the book sources, built with the quick preset (runs once per session)."""
+    root = tmp_path_factory.mktemp("book")
+    for name in ["_config.yml", "_toc.yml"]:
+        shutil.copy2(repo_root / name, root / name)
+    shutil.copytree(repo_root / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
+    record = build_book("quick", run_root=root / "runs", book_root=root)
+    return root, record
+
+
+def test_every_notebook_ran_without_errors(quick_book) -> None:
+    _, record = quick_book
+    assert record.notebooks, "no notebook was executed"
+    for entry in record.notebooks:
+        notebook = nbformat.read(entry.output, as_version=4)
+        code = [c for c in notebook.cells if c.cell_type == "code"]
+        assert all(c.get("execution_count") for c in code), f"{entry.name}: a cell did not run"
+        errors = [o for c in code for o in c.get("outputs", []) if o.get("output_type") == "error"]
+        assert not errors, f"{entry.name}: {errors[0]['ename']}"
+        assert entry.parameters["data"].startswith("phantom?patients=150")
+
+
+def test_notebook_01_shows_figures_and_tables(quick_book) -> None:
+    _, record = quick_book
+    entry = next(e for e in record.notebooks if e.name == "01_data_and_embeddings")
+    notebook = nbformat.read(entry.output, as_version=4)
+    outputs = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    images = [o for o in outputs if "image/png" in o.get("data", {})]
+    tables = [o for o in outputs if "<table" in str(o.get("data", {}).get("text/html", ""))]
+    assert len(images) >= 4, "expected sample grids and the embedding maps"
+    assert len(tables) >= 2, "expected the manifest summary and the separation table as HTML tables"
+    results = Path(record.run_dir) / "results" / "01_data_and_embeddings"
+    assert {"manifest_summary.csv", "embedding_map.csv", "separation.csv"} <= {p.name for p in results.iterdir()}
+
+
+def test_book_pages_render_with_figures(quick_book) -> None:
+    root, record = quick_book
+    html = Path(record.html_index)
+    assert html == root / "_build" / "html" / "index.html" and html.is_file()
+    pages = {
+        "intro": root / "_build/html/book/intro.html",
+        "notebook": root / "_build/html/book/generated/01_data_and_embeddings.html",
+        "own data": root / "_build/html/book/own_data.html",
+    }
+    for name, page in pages.items():
+        assert page.is_file(), f"{name} page missing: {page}"
+    notebook_html = pages["notebook"].read_text(encoding="utf-8")
+    assert notebook_html.count("<img") >= 4
+    assert "0.091" in pages["intro"].read_text(encoding="utf-8")
+    run = json.loads((root / "book" / "generated" / "run.json").read_text())
+    assert run["preset"] == "quick"
