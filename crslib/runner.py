@@ -163,6 +163,20 @@ def _new_run_dir(run_root: Path, preset: str) -> tuple[str, Path]:
     raise ConfigError(f"cannot create a new run folder under {run_root}")
 
 
+class _PapermillNoise(logging.Filter):
+    """Drop papermill's warnings about parameter lines holding more than one
+    '=' (spec strings such as ``phantom?patients=150&size=64`` do): the runner
+    reads the parameters cell itself and passes only declared names."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (message.startswith("Unable to parse line") or message.startswith("Passed unknown parameter"))
+
+
+for _name in ("papermill", "papermill.translators", "papermill.parameterize"):
+    logging.getLogger(_name).addFilter(_PapermillNoise())
+
+
 def execute_notebook(source: Path, output: Path, parameters: dict[str, Any], *, cwd: Path) -> float:
     """Execute one jupytext notebook with papermill; return its wall time.
 

@@ -1,0 +1,437 @@
+"""crslib.agreement: exact kNN, mutual kNN overlap and the analyses around it."""
+
+from __future__ import annotations
+
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crslib import agreement as ag
+from crslib.errors import InputError
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _brute_knn(X, k, metric="cosine", groups=None):
+    """Reference: full similarity matrix, ranked by (-float32 score, index)."""
+    X = np.asarray(X, dtype=np.float32)
+    if metric == "cosine":
+        X = X / np.linalg.norm(X.astype(np.float64), axis=1, keepdims=True).astype(np.float32)
+    X64 = X.astype(np.float64)
+    if metric == "euclidean":
+        S = -((X64[:, None, :] - X64[None]) ** 2).sum(-1)
+    else:
+        S = X64 @ X64.T
+    S = S.astype(np.float32)
+    out = []
+    for i in range(len(X)):
+        ok = np.ones(len(X), bool)
+        ok[i] = False
+        if groups is not None:
+            ok &= groups != groups[i]
+        idx = np.flatnonzero(ok)
+        out.append(idx[np.lexsort((idx, -S[i, idx]))[:k]])
+    return np.array(out)
+
+
+# --------------------------------------------------------------------------- overlap known answers
+
+
+def test_identical_embeddings_overlap_one():
+    X = _rng().normal(size=(300, 16))
+    per = ag.mutual_knn_overlap_per_image(X, X.copy(), k=10)
+    assert per.shape == (300,) and np.all(per == 1.0)
+    assert ag.mutual_knn_overlap(X, X, k=10) == 1.0
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 37.5])
+def test_rotation_times_positive_scale_overlap_one(scale):
+    rng = _rng(1)
+    X = rng.normal(size=(400, 24))
+    Q, _ = np.linalg.qr(rng.normal(size=(24, 24)))
+    assert ag.mutual_knn_overlap(X, scale * X @ Q, k=10) == 1.0
+
+
+def test_independent_embeddings_at_chance():
+    rng = _rng(2)
+    n, k = 2000, 10
+    Xa, Xb = rng.normal(size=(n, 64)), rng.normal(size=(n, 64))
+    observed = ag.mutual_knn_overlap(Xa, Xb, k=k)
+    null = ag.permutation_null(Xa, Xb, k=k, n_permutations=20, random_state=0)
+    chance = ag.chance_overlap(n, k)
+    assert null.chance == pytest.approx(chance) == pytest.approx(k / (n - 1))
+    assert abs(null.mean - chance) < 4 * null.values.std() + 1e-3
+    assert abs(observed - null.mean) < 4 * null.values.std() + 1e-3
+    assert null.low <= null.mean <= null.high
+    again = ag.permutation_null(Xa, Xb, k=k, n_permutations=20, random_state=0)
+    assert np.array_equal(null.values, again.values)
+    # a related pair sits far above the null
+    related = ag.mutual_knn_overlap(Xa, Xa + 0.3 * Xb, k=k)
+    assert related > null.high + 0.3
+
+
+def test_duplicate_rows_twin_first_self_never():
+    Y = _rng(3).normal(size=(150, 12))
+    X = np.vstack([Y, Y])  # row i and row i + 150 are exact twins
+    n = len(X)
+    twin = np.r_[np.arange(150, 300), np.arange(150)]
+    for backend in ("faiss", "torch"):
+        I = ag.knn_indices(X, k=5, backend=backend)
+        assert np.array_equal(I[:, 0], twin)
+        assert not (I == np.arange(n)[:, None]).any()
+
+
+def test_same_group_neighbours_excluded():
+    rng = _rng(4)
+    n = 500
+    groups = np.repeat(np.arange(300), rng.integers(1, 5, 300))[:n]
+    X = rng.normal(size=(n, 8))
+    X[1::2] = X[::2] + 0.01 * rng.normal(size=(n // 2, 8))  # near-duplicates, often same patient
+    I = ag.knn_indices(X, k=10, exclude_groups=groups)
+    assert not (groups[I] == groups[:, None]).any()
+    assert np.array_equal(I, _brute_knn(X, 10, groups=groups))
+    # without exclusion the same-patient near-duplicates come first
+    I0 = ag.knn_indices(X, k=10)
+    assert (groups[I0[:, 0]] == groups).mean() > 0.4
+
+
+def test_group_exclusion_widens_for_large_groups():
+    rng = _rng(5)
+    X = rng.normal(size=(120, 4))
+    groups = np.r_[np.zeros(100), np.arange(1, 21)]  # one group of 100 rows
+    I = ag.knn_indices(X, k=15, exclude_groups=groups)
+    assert np.array_equal(I, _brute_knn(X, 15, groups=groups))
+    with pytest.raises(InputError, match="group 0.0 has 100 of N=120 images, leaving 20 < k=25"):
+        ag.knn_indices(X, k=25, exclude_groups=groups)
+
+
+# --------------------------------------------------------------------------- kNN engine
+
+
+@pytest.mark.parametrize("metric", ["cosine", "ip", "euclidean"])
+def test_faiss_and_torch_agree_with_brute_force(metric):
+    rng = _rng(6)
+    X = rng.normal(size=(350, 20))
+    X[10:20] = X[9]  # a block of duplicates
+    X[40] = X[41]
+    ref = _brute_knn(X, 12, metric)
+    for backend in ("faiss", "torch"):
+        for batch_size in (None, 13):
+            I = ag.knn_indices(X, k=12, metric=metric, backend=backend, batch_size=batch_size)
+            assert I.dtype == np.int64 and I.shape == (350, 12)
+            assert np.array_equal(I, ref), (backend, batch_size)
+
+
+def test_faiss_and_torch_agree_on_clustered_data_with_groups():
+    rng = _rng(7)
+    centers = rng.normal(size=(20, 32))
+    X = centers[rng.integers(0, 20, 3000)] + 0.3 * rng.normal(size=(3000, 32))
+    groups = rng.integers(0, 1000, 3000)
+    a, sa = ag.knn_indices(X, k=10, exclude_groups=groups, backend="faiss", return_similarity=True)
+    b, sb = ag.knn_indices(X, k=10, exclude_groups=groups, backend="torch", return_similarity=True)
+    assert np.array_equal(a, b)
+    np.testing.assert_allclose(sa, sb, atol=1e-5)
+    assert np.all(np.diff(sa, axis=1) <= 1e-6)  # closest first
+
+
+def test_tie_breaking_constant_blocks():
+    rng = _rng(8)
+    sizes = [6, 40, 3, 25]  # blocks of identical rows; 40 exceeds the first candidate list
+    X = np.vstack([np.repeat(rng.normal(size=(1, 10)), s, axis=0) for s in sizes])
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]
+    k = 2
+    expected = []
+    for start, size in zip(starts, sizes):
+        block = np.arange(start, start + size)
+        for q in block:
+            expected.append(block[block != q][:k])
+    expected = np.array(expected)
+    for backend in ("faiss", "torch"):
+        for batch_size in (None, 5):
+            I = ag.knn_indices(X, k=k, backend=backend, batch_size=batch_size)
+            assert np.array_equal(I, expected), (backend, batch_size)
+    Xp = X[rng.permutation(len(X))]
+    assert np.array_equal(ag.knn_indices(Xp, k=k), ag.knn_indices(Xp, k=k, backend="torch"))
+
+
+def test_input_not_modified_and_memory_linear():
+    X = _rng(9).normal(size=(5000, 16)).astype(np.float32)
+    before = X.copy()
+    tracemalloc.start()
+    ag.knn_indices(X, k=10, backend="faiss")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert np.array_equal(X, before)
+    assert peak < 5000 * 5000 * 4 / 10  # far below an N x N float32 matrix (100 MB)
+
+
+def test_bad_input_messages():
+    X = _rng(10).normal(size=(5, 3))
+    with pytest.raises(InputError, match=r"k=5 must be smaller than the number of images N=5"):
+        ag.knn_indices(X, k=5)
+    with pytest.raises(InputError, match="k=0 must be at least 1"):
+        ag.knn_indices(X, k=0)
+    bad = X.copy()
+    bad[[1, 3], 0] = np.nan
+    bad[4, 2] = np.inf
+    with pytest.raises(InputError, match=r"NaN or infinite values in 3 row\(s\), first rows \[1, 3, 4\]"):
+        ag.knn_indices(bad, k=2)
+    zero = X.copy()
+    zero[2] = 0
+    with pytest.raises(InputError, match=r"all-zero row\(s\) \(first \[2\]\)"):
+        ag.knn_indices(zero, k=2)
+    assert ag.knn_indices(zero, k=2, metric="ip").shape == (5, 2)  # fine without normalisation
+    with pytest.raises(InputError, match="row counts differ"):
+        ag.mutual_knn_overlap(X, X[:4], k=2)
+    with pytest.raises(InputError, match="2-D"):
+        ag.knn_indices(X[0], k=1)
+    with pytest.raises(InputError, match="metric"):
+        ag.knn_indices(X, k=1, metric="manhattan")
+    with pytest.raises(InputError, match="model 'b'"):
+        ag.agreement_matrix({"a": X, "b": zero}, k=2)
+    with pytest.raises(InputError, match="repeats a neighbour"):
+        ag.overlap_from_indices([[1, 1]], [[1, 2]])
+
+
+# --------------------------------------------------------------------------- agreement matrix
+
+
+def test_agreement_matrix_matches_pairs_and_searches_once_per_model(monkeypatch):
+    rng = _rng(11)
+    Z = rng.normal(size=(400, 8))
+    emb = {
+        "sup_s0": Z @ rng.normal(size=(8, 30)) + rng.normal(size=(400, 30)),
+        "sup_s1": Z @ rng.normal(size=(8, 20)) + rng.normal(size=(400, 20)),
+        "dino": Z @ rng.normal(size=(8, 16)) + 2 * rng.normal(size=(400, 16)),
+        "random": rng.normal(size=(400, 12)),
+    }
+    calls = []
+    real = ag.knn_indices
+
+    def counting(X, **kw):
+        calls.append(kw.get("k"))
+        return real(X, **kw)
+
+    monkeypatch.setattr(ag, "knn_indices", counting)
+    A, per = ag.agreement_matrix(emb, k=10, return_per_image=True)
+    assert len(calls) == 4
+    monkeypatch.setattr(ag, "knn_indices", real)
+    names = list(emb)
+    assert list(A.index) == names and list(A.columns) == names
+    assert np.allclose(np.diag(A), 1.0) and np.allclose(A, A.T)
+    assert per.shape == (400, 6)
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            assert A.loc[a, b] == pytest.approx(ag.mutual_knn_overlap(emb[a], emb[b], k=10))
+            np.testing.assert_array_equal(per[(a, b)], ag.mutual_knn_overlap_per_image(emb[a], emb[b], k=10))
+    assert A.loc["sup_s0", "sup_s1"] > A.loc["sup_s0", "random"]
+
+
+def test_overlap_from_indices_and_jaccard():
+    I_a = np.array([[1, 2, 3], [0, 2, 3]])
+    I_b = np.array([[3, 2, 9], [7, 8, 9]])
+    np.testing.assert_allclose(ag.overlap_from_indices(I_a, I_b), [2 / 3, 0])
+    X = _rng(12).normal(size=(200, 6))
+    assert ag.jaccard_knn(X, 2 * X, k=5) == 1.0
+    Y = X + _rng(13).normal(size=(200, 6))
+    per = ag.mutual_knn_overlap_per_image(X, Y, k=5)
+    assert ag.jaccard_knn(X, Y, k=5) == pytest.approx(np.mean(5 * per / (10 - 5 * per)))
+
+
+def test_k_sweep_and_chance():
+    rng = _rng(14)
+    X = rng.normal(size=(60, 5))
+    t = ag.k_sweep(X, X + 0.5 * rng.normal(size=(60, 5)), ks=(1, 5, 10, 100))
+    assert t["k"].tolist() == [1, 5, 10] and t.attrs["dropped_k"] == [100]
+    np.testing.assert_allclose(t["chance"], np.array([1, 5, 10]) / 59)
+    assert (t["overlap"] > t["chance"]).all()
+    assert ag.chance_overlap(11, 10) == 1.0
+    with pytest.raises(InputError):
+        ag.chance_overlap(10, 10)
+    # prefixes equal separate searches
+    for kv in (1, 5):
+        Ia = ag.knn_indices(X, k=10)[:, :kv]
+        assert np.array_equal(Ia, ag.knn_indices(X, k=kv))
+
+
+def test_overlap_ci_over_patients_wider():
+    rng = _rng(15)
+    patients = np.repeat(np.arange(100), 5)
+    per = np.repeat(rng.random(100), 5)
+    by_image = ag.overlap_ci(per, n_resamples=300)
+    by_patient = ag.overlap_ci(per, groups=patients, n_resamples=300)
+    assert by_image.estimate == by_patient.estimate == pytest.approx(per.mean())
+    assert (by_patient.high - by_patient.low) > 1.5 * (by_image.high - by_image.low)
+
+
+# --------------------------------------------------------------------------- CKA, CKNNA
+
+
+def _hsic_u(K, L):
+    m = len(K)
+    K, L = K.copy(), L.copy()
+    np.fill_diagonal(K, 0)
+    np.fill_diagonal(L, 0)
+    return (np.sum(K * L.T) + K.sum() * L.sum() / ((m - 1) * (m - 2)) - 2 * np.sum(K @ L) / (m - 2)) / (m * (m - 3))
+
+
+def test_linear_cka_invariances_and_independence():
+    rng = _rng(16)
+    X = rng.normal(size=(500, 20))
+    Q, _ = np.linalg.qr(rng.normal(size=(20, 20)))
+    assert ag.linear_cka(X, 3.0 * X @ Q) == pytest.approx(1.0, abs=1e-9)
+    assert ag.linear_cka(X, 3.0 * X @ Q, debiased=False) == pytest.approx(1.0, abs=1e-9)
+    Xi, Yi = rng.normal(size=(1000, 64)), rng.normal(size=(1000, 64))
+    assert abs(ag.linear_cka(Xi, Yi)) < 0.02
+    assert ag.linear_cka(Xi, Yi, debiased=False) > 0.03  # the bias the debiased estimator removes
+
+
+def test_linear_cka_matches_gram_formula():
+    rng = _rng(17)
+    X = rng.normal(size=(60, 7))
+    Y = X @ rng.normal(size=(7, 5)) + rng.normal(size=(60, 5))
+    K, L = X @ X.T, Y @ Y.T
+    expected = _hsic_u(K, L) / np.sqrt(_hsic_u(K, K) * _hsic_u(L, L))
+    assert ag.linear_cka(X, Y) == pytest.approx(expected, rel=1e-9)
+
+
+def _cknna_dense(A, B, k):
+    """Dense port of Huh et al. (2024)'s reference cknna (unbiased, no 1e-6 guard)."""
+    A = A / np.linalg.norm(A, axis=1, keepdims=True)
+    B = B / np.linalg.norm(B, axis=1, keepdims=True)
+    n = len(A)
+    K, L = A @ A.T, B @ B.T
+
+    def sim(K, L):
+        masks = []
+        for M in (K, L):
+            Mh = M.copy()
+            np.fill_diagonal(Mh, -np.inf)
+            idx = np.argsort(-Mh, axis=1, kind="stable")[:, :k]
+            mask = np.zeros((n, n))
+            np.put_along_axis(mask, idx, 1, axis=1)
+            masks.append(mask)
+        m = masks[0] * masks[1]
+        return _hsic_u(m * K, m * L)
+
+    return sim(K, L) / np.sqrt(sim(K, K) * sim(L, L))
+
+
+def test_cknna_identical_and_reference():
+    rng = _rng(18)
+    X = rng.normal(size=(300, 10))
+    assert ag.cknna(X, X, k=10) == pytest.approx(1.0, abs=1e-12)
+    Y = X + 0.8 * rng.normal(size=(300, 10))
+    assert ag.cknna(X, Y, k=10) == pytest.approx(_cknna_dense(X, Y, 10), rel=1e-6)
+    with pytest.raises(InputError, match="k >= 2"):
+        ag.cknna(X, Y, k=1)
+
+
+# --------------------------------------------------------------------------- subgroups
+
+
+def _meta(n, seed=0):
+    rng = _rng(seed)
+    return pd.DataFrame(
+        {
+            "source": rng.choice(["siteA", "siteB", "siteC", "siteD"], n),
+            "view": rng.choice(["PA", "AP"], n),
+            "effusion": rng.integers(0, 2, n),
+        }
+    )
+
+
+def test_variance_share_source_only():
+    n = 2000
+    meta = _meta(n)
+    effect = meta["source"].map({"siteA": 0.05, "siteB": 0.10, "siteC": 0.20, "siteD": 0.30}).to_numpy()
+    per = effect + _rng(1).normal(0, 0.005, n)
+    t = ag.overlap_variance_shares(per, meta, columns=["source", "view", "effusion"], n_resamples=100).set_index("factor")
+    assert t.loc["source", "share_alone"] > 0.98
+    assert t.loc["source", "share_unique"] > 0.97
+    assert t.loc["view", "share_alone"] < 0.01 and t.loc["view", "share_unique"] < 0.01
+    assert t.loc["effusion", "share_alone"] < 0.01
+    assert t.loc["source", "share_alone_low"] <= t.loc["source", "share_alone"] <= t.loc["source", "share_alone_high"]
+    assert t.loc["(all factors)", "share_alone"] > 0.98
+    assert t.loc["source", "n_levels"] == 4
+
+
+def test_overlap_by_subgroup():
+    meta = _meta(400, seed=2)
+    per = np.where(meta["view"] == "PA", 0.3, 0.1)
+    t = ag.overlap_by_subgroup(per, meta, columns=["view", "source"], n_resamples=100)
+    view = t[t.column == "view"].set_index("level")
+    assert view.loc["PA", "mean"] == pytest.approx(0.3) and view.loc["AP", "mean"] == pytest.approx(0.1)
+    assert view["n"].sum() == 400
+    assert set(t[t.column == "source"].level) == {"siteA", "siteB", "siteC", "siteD"}
+    with pytest.raises(InputError, match="no column"):
+        ag.overlap_by_subgroup(per, meta, columns=["sex"])
+    with pytest.raises(InputError, match="rows"):
+        ag.overlap_by_subgroup(per[:10], meta, columns=["view"])
+
+
+# --------------------------------------------------------------------------- accuracy, convergence
+
+
+def test_linear_probe_auroc_handles_degenerate_findings():
+    rng = _rng(19)
+    n = 600
+    X = rng.normal(size=(n, 10))
+    patients = np.repeat(np.arange(200), 3)
+    labels = pd.DataFrame(
+        {
+            "effusion": (X[:, 0] + 0.3 * rng.normal(size=n) > 0).astype(int),
+            "never": np.zeros(n, int),
+            "noise": rng.integers(0, 2, n),
+        }
+    )
+    auc = ag.linear_probe_auroc(X, labels, groups=patients, random_state=0)
+    assert auc["effusion"] > 0.9
+    assert np.isnan(auc["never"]) and "single class" in auc.attrs["reasons"]["never"]
+    assert 0.35 < auc["noise"] < 0.65
+    with pytest.raises(InputError, match="no finding could be evaluated"):
+        ag.linear_probe_auroc(X, labels[["never"]], groups=patients)
+    with pytest.raises(InputError, match="0/1"):
+        ag.linear_probe_auroc(X, labels.assign(effusion=2), groups=patients)
+
+
+def test_accuracy_agreement_association():
+    acc = pd.Series({"m1": 0.70, "m2": 0.74, "m3": 0.78, "m4": 0.81, "m5": 0.86, "m6": 0.90})
+    d = np.abs(acc.values[:, None] - acc.values[None, :])
+    agreement = pd.DataFrame(1 - d, index=acc.index, columns=acc.index)
+    res = ag.accuracy_agreement_association(agreement, acc)
+    assert res["spearman_r"] == pytest.approx(-1.0) and res["mantel_r"] == pytest.approx(-1.0)
+    assert res["exact"] and res["n_permutations"] == 720 and res["mantel_p"] < 0.01
+    assert res["n_pairs"] == 15
+    with pytest.raises(InputError, match="no value for model"):
+        ag.accuracy_agreement_association(agreement, acc.drop("m3"))
+
+
+def test_convergence_table():
+    info = pd.DataFrame(
+        {
+            "name": ["sup0", "sup1", "sup2", "dino0", "dino1", "big_sup0"],
+            "objective": ["supervised"] * 3 + ["dino"] * 2 + ["supervised"],
+            "seed": [0, 1, 2, 0, 1, 0],
+            "size": ["small"] * 5 + ["large"],
+        }
+    )
+    names = info["name"].tolist()
+    vals = np.full((6, 6), 0.05)
+    np.fill_diagonal(vals, 1.0)
+    A = pd.DataFrame(vals, index=names, columns=names)
+    for a, b, v in [("sup0", "sup1", 0.08), ("sup0", "sup2", 0.10), ("sup1", "sup2", 0.06), ("dino0", "dino1", 0.6)]:
+        A.loc[a, b] = A.loc[b, a] = v
+    t = ag.convergence_table(A, info).set_index(["size", "objective"])
+    assert t.loc[("small", "supervised"), "within_mean"] == pytest.approx(0.08)
+    assert t.loc[("small", "supervised"), "within_min"] == pytest.approx(0.06)
+    assert t.loc[("small", "supervised"), "n_across"] == 6
+    assert t.loc[("small", "dino"), "within_mean"] == pytest.approx(0.6)
+    assert t.loc[("small", "(all)"), "n_within"] == 4 and t.loc[("small", "(all)"), "across_mean"] == pytest.approx(0.05)
+    assert t.loc[("large", "supervised"), "n_within"] == 0
+    with pytest.raises(InputError, match="lacks column"):
+        ag.convergence_table(A, info.drop(columns="seed"))

@@ -1,0 +1,168 @@
+"""crslib.stats: bootstrap (row, grouped, stratified, paired), AUROC, Mantel."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+from sklearn.metrics import roc_auc_score
+
+from crslib import stats
+from crslib.errors import CRSError, InputError
+
+
+def test_bootstrap_ci_mean_contains_truth_and_is_reproducible():
+    x = np.random.default_rng(0).normal(loc=2.0, size=400)
+    a = stats.bootstrap_ci(np.mean, x, n_resamples=300, random_state=1)
+    b = stats.bootstrap_ci(np.mean, x, n_resamples=300, random_state=1)
+    c = stats.bootstrap_ci(np.mean, x, n_resamples=300, random_state=2)
+    assert a.estimate == pytest.approx(x.mean())
+    assert a.low < x.mean() < a.high
+    assert a.low < 2.0 < a.high
+    assert np.array_equal(a.samples, b.samples) and (a.low, a.high) == (b.low, b.high)
+    assert not np.array_equal(a.samples, c.samples)
+    # standard error of the mean ~ 1/sqrt(400) = 0.05: 95% interval ~ +-0.1
+    assert 0.15 < a.high - a.low < 0.25
+
+
+def test_grouped_bootstrap_resamples_whole_groups():
+    groups = np.repeat(np.arange(30), 4)
+    groups[:8] = 99  # one larger group
+    for idx in stats.resample_indices(len(groups), n_resamples=20, groups=groups, random_state=0):
+        counts = np.bincount(idx, minlength=len(groups))
+        for g in np.unique(groups):
+            c = counts[groups == g]
+            assert np.all(c == c[0]), "rows of one group must be drawn together"
+
+
+def test_grouped_ci_wider_when_groups_are_internally_correlated():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(40), 10)
+    x = np.repeat(rng.normal(size=40), 10)  # perfectly correlated within a group
+    rows = stats.bootstrap_ci(np.mean, x, n_resamples=400, random_state=0)
+    grouped = stats.bootstrap_ci(np.mean, x, n_resamples=400, groups=groups, random_state=0)
+    assert rows.estimate == grouped.estimate
+    # effective sample size is 40, not 400: about sqrt(10) ~ 3.2 times wider
+    ratio = (grouped.high - grouped.low) / (rows.high - rows.low)
+    assert 2.0 < ratio < 5.0
+
+
+def test_stratified_bootstrap_keeps_stratum_sizes():
+    strata = np.array([0] * 10 + [1] * 30 + [2] * 5)
+    for idx in stats.resample_indices(len(strata), n_resamples=10, strata=strata, random_state=3):
+        assert np.bincount(strata[idx]).tolist() == [10, 30, 5]
+    groups = np.arange(45) // 5  # nested in strata: rows 0-9 | 10-39 | 40-44
+    groups_ok = np.concatenate([np.arange(10) // 5, 2 + np.arange(30) // 5, [99] * 5])
+    for idx in stats.resample_indices(45, n_resamples=10, strata=strata, groups=groups_ok, random_state=0):
+        assert np.bincount(strata[idx], minlength=3)[2] == 5  # the single-group stratum is redrawn whole
+    with pytest.raises(InputError, match="span several strata"):
+        stats.bootstrap_ci(np.mean, np.arange(45.0), strata=strata, groups=np.r_[groups[:-1], 0])
+
+
+def test_vector_statistic_and_nan_resamples_are_counted():
+    y = np.r_[np.zeros(19), 1.0]
+    s = np.arange(20.0)
+    res = stats.bootstrap_ci(lambda a, b: [stats.auroc(a, b), np.mean(b)], y, s, n_resamples=200, random_state=0)
+    assert res.samples.shape == (200, 2)
+    assert res.estimate[0] == 1.0
+    # about (19/20)**20 = 36% of resamples miss the one positive: AUROC NaN, counted and excluded
+    assert 40 < res.n_invalid[0] < 110 and res.n_invalid[1] == 0
+    assert np.isfinite(res.low).all()
+
+
+def test_paired_bootstrap_difference():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 300)
+    good = y + rng.normal(0, 0.5, 300)
+    bad = y + rng.normal(0, 2.0, 300)
+    res = stats.paired_bootstrap(stats.auroc, (y, good), (y, bad), n_resamples=300, random_state=0)
+    assert res.estimate == pytest.approx(res.estimate_a - res.estimate_b)
+    assert res.estimate_a == pytest.approx(roc_auc_score(y, good))
+    assert res.low > 0 and res.share_positive > 0.99
+    same = stats.paired_bootstrap(stats.auroc, (y, good), (y, good), n_resamples=50)
+    assert same.estimate == 0 and same.low == 0 and same.high == 0 and same.share_positive == 0
+
+
+def test_auroc_matches_sklearn_with_ties_and_nan_for_one_class():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 200)
+    s = np.round(rng.normal(size=200) + y, 1)  # many ties
+    assert stats.auroc(y, s) == pytest.approx(roc_auc_score(y, s))
+    assert np.isnan(stats.auroc(np.ones(5), np.arange(5.0)))
+
+
+def test_bootstrap_bad_input():
+    with pytest.raises(InputError, match="same number of rows"):
+        stats.bootstrap_ci(np.mean, np.arange(5.0), np.arange(4.0))
+    with pytest.raises(InputError, match="confidence"):
+        stats.bootstrap_ci(np.mean, np.arange(5.0), confidence=95)
+    with pytest.raises(InputError, match="n_resamples"):
+        stats.bootstrap_ci(np.mean, np.arange(5.0), n_resamples=0)
+    with pytest.raises(InputError, match="groups"):
+        stats.bootstrap_ci(np.mean, np.arange(5.0), groups=[1, 2])
+    assert issubclass(InputError, CRSError) and issubclass(InputError, ValueError)
+
+
+def _sym(rng, m):
+    P = rng.random((m, m))
+    A = P + P.T
+    np.fill_diagonal(A, 1.0)
+    return A
+
+
+def test_mantel_identical_matrices():
+    A = _sym(np.random.default_rng(0), 8)
+    res = stats.mantel_test(A, A, n_permutations=999, random_state=0)
+    assert res.r == pytest.approx(1.0)
+    assert res.p_value <= 0.002 and not res.exact
+    pear = stats.mantel_test(A, 2 * A + 1, method="pearson", random_state=0)
+    assert pear.r == pytest.approx(1.0) and pear.p_value <= 0.002
+
+
+def test_mantel_random_matrices_not_significant_and_reproducible():
+    rng = np.random.default_rng(5)
+    A, B = _sym(rng, 9), _sym(rng, 9)
+    r1 = stats.mantel_test(A, B, n_permutations=499, random_state=3)
+    r2 = stats.mantel_test(A, B, n_permutations=499, random_state=3)
+    assert r1 == r2
+    assert r1.p_value > 0.05
+    assert abs(r1.r) < 0.5
+
+
+def test_mantel_exact_enumeration_for_few_models():
+    A = _sym(np.random.default_rng(1), 5)
+    res = stats.mantel_test(A, A, n_permutations=999)
+    assert res.exact and res.n_permutations == 120
+    assert res.p_value == pytest.approx(1 / 120)  # only the identity matches this well
+    less = stats.mantel_test(A, -A, alternative="less")
+    assert less.r == pytest.approx(-1.0) and less.p_value == pytest.approx(1 / 120)
+
+
+def test_pairwise_spearman_and_mantel_statistic_agree_with_scipy():
+    rng = np.random.default_rng(2)
+    A, B = _sym(rng, 7), _sym(rng, 7)
+    iu = np.triu_indices(7, 1)
+    expected = spearmanr(A[iu], B[iu]).statistic
+    assert stats.pairwise_spearman(A, B) == pytest.approx(expected)
+    assert stats.mantel_test(A, B, n_permutations=99).r == pytest.approx(expected)
+
+
+def test_mantel_bad_input():
+    A = _sym(np.random.default_rng(0), 5)
+    with pytest.raises(InputError, match="symmetric"):
+        stats.mantel_test(A + np.triu(np.ones((5, 5)), 1), A)
+    with pytest.raises(InputError, match="square"):
+        stats.mantel_test(A[:, :4], A[:, :4])
+    with pytest.raises(InputError, match="same shape"):
+        stats.mantel_test(A, A[:4, :4])
+    with pytest.raises(InputError, match="method"):
+        stats.mantel_test(A, A, method="kendall")
+
+
+def test_permutation_test():
+    x = np.arange(40.0)
+    res = stats.permutation_test(lambda a, b: np.corrcoef(a, b)[0, 1], x, x, n_permutations=199)
+    assert res.statistic == pytest.approx(1.0) and res.p_value == pytest.approx(1 / 200)
+    rng = np.random.default_rng(0)
+    res = stats.permutation_test(lambda a, b: np.corrcoef(a, b)[0, 1], rng.normal(size=40), rng.normal(size=40))
+    assert res.p_value > 0.05

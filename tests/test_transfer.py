@@ -1,0 +1,163 @@
+"""crslib.transfer: linear maps between embedding spaces and classifier transfer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import r2_score
+
+from crslib import transfer as tr
+from crslib.errors import InputError
+
+
+def _data(n=1500, d=24, n_findings=4, seed=0):
+    rng = np.random.default_rng(seed)
+    old = rng.normal(size=(n, d))
+    W = rng.normal(size=(d, n_findings))
+    logits = old @ W / np.sqrt(d) * 2 + 0.5 * rng.normal(size=(n, n_findings))
+    labels = pd.DataFrame((logits > 0).astype(int), columns=[f"finding_{i}" for i in range(n_findings)])
+    return rng, old, labels
+
+
+def test_ridge_recovers_exact_affine_map():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 10))
+    A = rng.normal(size=(10, 6))
+    Y = X @ A + 3.0
+    m = tr.fit_linear_map(X[:300], Y[:300])
+    assert m.method == "ridge" and m.alpha_ == pytest.approx(1e-3)
+    assert m.coef_.shape == (10, 6) and m.n_features_in_ == 10 and m.n_features_out_ == 6
+    assert tr.held_out_r2(m, X[300:], Y[300:]) > 0.9999
+    lst = tr.fit_linear_map(X[:300], Y[:300], method="lstsq")
+    np.testing.assert_allclose(lst.predict(X[300:]), Y[300:], atol=1e-8)
+
+
+def test_ridge_picks_larger_alpha_for_noisy_targets():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 40))
+    Y = X[:, :1] + 3 * rng.normal(size=(60, 1))
+    m = tr.fit_linear_map(X, Y)
+    assert m.alpha_ > 1.0
+    assert set(m.cv_errors_) == set(float(a) for a in tr.DEFAULT_ALPHAS)
+
+
+def test_procrustes_rotation_and_padding():
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(300, 8))
+    Q, _ = np.linalg.qr(rng.normal(size=(8, 8)))
+    Y = 2.5 * X @ Q + 1.0
+    m = tr.fit_linear_map(X, Y, method="procrustes")
+    assert m.scale_ == pytest.approx(2.5)
+    np.testing.assert_allclose(m.predict(X), Y, atol=1e-8)
+    W = m.coef_ / m.scale_
+    np.testing.assert_allclose(W.T @ W, np.eye(8), atol=1e-10)
+    # different dimensions: zero padding, semi-orthogonal map
+    Ysmall = Y[:, :5]
+    m2 = tr.fit_linear_map(X, Ysmall, method="procrustes")
+    assert m2.coef_.shape == (8, 5)
+    W2 = m2.coef_ / m2.scale_
+    np.testing.assert_allclose(W2.T @ W2, np.eye(5), atol=1e-10)
+    m3 = tr.fit_linear_map(Ysmall, X, method="procrustes")
+    assert m3.predict(Ysmall).shape == (300, 8)
+
+
+def test_held_out_r2_matches_sklearn_variance_weighted():
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(200, 5))
+    Y = X @ rng.normal(size=(5, 3)) * [1, 5, 0.2] + rng.normal(size=(200, 3))
+    m = tr.fit_linear_map(X[:100], Y[:100])
+    expected = r2_score(Y[100:], m.predict(X[100:]), multioutput="variance_weighted")
+    assert tr.held_out_r2(m, X[100:], Y[100:]) == pytest.approx(expected)
+
+
+def test_map_bad_input():
+    X = np.random.default_rng(4).normal(size=(20, 3))
+    with pytest.raises(InputError, match="same images"):
+        tr.fit_linear_map(X, X[:10])
+    with pytest.raises(InputError, match="method"):
+        tr.fit_linear_map(X, X, method="cca")
+    m = tr.fit_linear_map(X, X)
+    with pytest.raises(InputError, match="fitted on 3"):
+        m.predict(np.ones((2, 4)))
+    with pytest.raises(InputError, match="alphas"):
+        tr.fit_linear_map(X, X, alphas=[0.0, 1.0])
+
+
+def _split(n):
+    idx = np.arange(n)
+    return idx[: n // 3], idx[n // 3 : 2 * n // 3], idx[2 * n // 3 :]
+
+
+def test_invertible_map_keeps_auroc():
+    rng, old, labels = _data()
+    new = old @ rng.normal(size=(24, 24))  # invertible with probability 1
+    mp, trn, tst = _split(len(old))
+    t = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=200)
+    assert list(t.finding) == list(labels.columns)
+    assert (t.reason == "").all()
+    assert (t.auroc_original > 0.8).all()
+    assert (t.retention > 0.97).all()
+    assert (t.map_r2 > 0.999).all()
+    assert (t.retention_low <= t.retention).all() and (t.retention <= t.retention_high).all()
+    assert (t.auroc_transferred_low <= t.auroc_transferred_high).all()
+    again = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=200)
+    pd.testing.assert_frame_equal(t, again)
+
+
+def test_unrelated_embeddings_transfer_at_chance():
+    rng, old, labels = _data(seed=1)
+    new = rng.normal(size=(len(old), 16))
+    mp, trn, tst = _split(len(old))
+    t = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=100)
+    assert (t.auroc_original > 0.8).all()
+    assert (abs(t.auroc_transferred - 0.5) < 0.1).all()
+    assert (t.map_r2 < 0.05).all()
+
+
+def test_disjointness_violations_raise():
+    rng, old, labels = _data(n=300)
+    mp, trn, tst = _split(300)
+    with pytest.raises(InputError, match="map_idx and test_idx share 5 image"):
+        tr.classifier_transfer(old, old, labels, map_idx=np.r_[mp, tst[:5]], train_idx=trn, test_idx=tst)
+    with pytest.raises(InputError, match="train_idx and test_idx share"):
+        tr.classifier_transfer(old, old, labels, map_idx=mp, train_idx=np.r_[trn, tst[:1]], test_idx=tst)
+    patients = np.arange(300) // 2
+    patients[tst[0]] = patients[trn[0]]  # one patient in train and test
+    with pytest.raises(InputError, match="share 1 patient"):
+        tr.classifier_transfer(old, old, labels, map_idx=mp, train_idx=trn, test_idx=tst, groups=patients)
+    with pytest.raises(InputError, match="outside"):
+        tr.classifier_transfer(old, old, labels, map_idx=[0, 400], train_idx=trn, test_idx=tst)
+
+
+def test_single_class_finding_recorded_not_raised():
+    rng, old, labels = _data(n=600)
+    mp, trn, tst = _split(600)
+    labels = labels.copy()
+    labels["absent_in_test"] = 0
+    labels.loc[trn[:40], "absent_in_test"] = 1
+    labels["never"] = 0
+    t = tr.classifier_transfer(old, old @ np.eye(24) * 2, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=50)
+    row = t.set_index("finding")
+    assert np.isnan(row.loc["absent_in_test", "retention"])
+    assert "single class in the test split" in row.loc["absent_in_test", "reason"]
+    assert "training" in row.loc["never", "reason"]
+    assert row.loc["finding_0", "reason"] == "" and row.loc["finding_0", "retention"] > 0.97
+
+
+def test_transfer_sweep_patient_disjoint_and_capped():
+    rng, old, labels = _data(n=1200, d=16, n_findings=2, seed=5)
+    new = old @ rng.normal(size=(16, 16)) + 0.05 * rng.normal(size=(1200, 16))
+    patients = np.arange(1200) // 3
+    t = tr.transfer_sweep(old, new, labels, groups=patients, n_values=(8, 64, 256, 100000), n_resamples=50)
+    assert t.attrs["dropped_n"] == [100000]
+    pool = t.attrs["n_pool"]
+    assert sorted(t.n_map.unique()) == [8, 64, 256, pool]
+    assert 500 <= pool <= 700  # about half of the images
+    by_n = t.groupby("n_map").retention.mean()
+    assert by_n.loc[pool] > 0.97 and by_n.loc[256] > 0.97
+    assert by_n.loc[8] < by_n.loc[pool]  # 8 images cannot pin down a 16-d map
+    parts = tr._grouped_split(patients, (0.5, 0.25, 0.25), np.random.default_rng(0))
+    sets = [set(patients[p]) for p in parts]
+    assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
+    assert sum(len(p) for p in parts) == 1200
