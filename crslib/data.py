@@ -77,6 +77,8 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".tif", ".tiff", ".bmp", ".dcm")
 
 #: Largest image :func:`read_image` decodes, in pixels (width x height).
 DEFAULT_MAX_PIXELS = 200_000_000
+# Part of every embedding cache key: bump it whenever read_image decodes any file differently.
+READER_VERSION = 1
 
 #: Keys of a ``"phantom?..."`` spec and their defaults.
 PHANTOM_DEFAULTS: dict[str, Any] = {
