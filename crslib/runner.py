@@ -192,6 +192,9 @@ def execute_notebook(source: Path, output: Path, parameters: dict[str, Any], *, 
     notebook = jupytext.read(source)
     notebook.metadata.setdefault("kernelspec", {"name": "python3", "display_name": "Python 3", "language": "python"})
     output.parent.mkdir(parents=True, exist_ok=True)
+    # Kernels inherit the environment; an MPLBACKEND=Agg there would swallow every figure.
+    previous_backend = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     start = time.perf_counter()
     try:
         papermill.execute_notebook(
@@ -209,6 +212,11 @@ def execute_notebook(source: Path, output: Path, parameters: dict[str, Any], *, 
             f"({first_line[0] if first_line else 'empty cell'!r}): {exc.ename}: {exc.evalue}. "
             f"The partly executed notebook is {output}"
         ) from None
+    finally:
+        if previous_backend is None:
+            os.environ.pop("MPLBACKEND", None)
+        else:
+            os.environ["MPLBACKEND"] = previous_backend
     return time.perf_counter() - start
 
 
