@@ -73,6 +73,70 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_zoo(args: argparse.Namespace) -> int:
+    from crslib.config import load_preset
+    from crslib.data import load_data
+    from crslib.zoo import list_zoo, train_zoo
+
+    if args.list:
+        cards = list_zoo()
+    else:
+        data = args.data or load_preset(args.preset)["parameters"]["data"]
+        cards = train_zoo(load_data(data), preset=args.preset, force=args.force, progress=None)
+    if cards.empty:
+        print("no zoo models trained yet: run crs zoo --preset quick")
+        return 0
+    columns = [c for c in ["name", "objective", "architecture", "seed", "epochs", "final_loss",
+                           "wall_time_s", "reused"] if c in cards.columns]
+    print(cards[columns].to_string(index=False))
+    if "wall_time_s" in cards.columns and "reused" in cards.columns:
+        trained = cards.loc[~cards["reused"].astype(bool), "wall_time_s"].sum()
+        print(f"{len(cards)} models; trained now: {int((~cards['reused'].astype(bool)).sum())} in {trained:.1f} s")
+    return 0
+
+
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from crslib._io import atomic_write_text
+    from crslib.compare import binary_label_frame, compare_embeddings, render_report_html
+    from crslib.data import load_data
+    from crslib.embed import extract_embeddings
+    from crslib.encoders import load_encoder, random_init_spec
+
+    manifest = load_data(args.data)
+    labels = binary_label_frame(manifest, args.labels) if args.labels else None
+    reference = None if args.no_reference else (args.reference or random_init_spec(args.new))
+    embeddings = {}
+    for role, spec in (("old", args.old), ("new", args.new), ("reference", reference)):
+        if spec is None:
+            continue
+        encoder = load_encoder(spec)
+        embeddings[role] = (encoder.name, extract_embeddings(manifest, encoder, progress=None).X)
+    result = compare_embeddings(
+        embeddings["old"][1], embeddings["new"][1], manifest,
+        old=embeddings["old"][0], new=embeddings["new"][0], k=args.k,
+        X_reference=embeddings["reference"][1] if "reference" in embeddings else None,
+        reference=embeddings["reference"][0] if "reference" in embeddings else None,
+        labels=labels, min_overlap=args.min_overlap, n_resamples=args.resamples, random_state=args.seed,
+    )
+    out = Path(args.out)
+    atomic_write_text(out / "compare.json", result.to_json())
+    atomic_write_text(out / "report.html", render_report_html(result))
+    print(f"mutual {result.k}-NN overlap {result.overlap:.3f} (95% CI {result.overlap_low:.3f}-"
+          f"{result.overlap_high:.3f}); chance {result.chance:.4f}")
+    if result.reference_overlap is not None:
+        print(f"old vs {result.reference}: {result.reference_overlap:.3f}")
+    if result.map_r2 is not None:
+        print(f"linear map new -> old, held-out R^2 {result.map_r2:.3f}")
+    for row in result.transfer:
+        print(f"transfer {row['finding']}: retention {row['retention']:.3f}")
+    print(f"report: {out / 'report.html'}")
+    if result.passed is False:
+        print(f"FAIL: the overlap's upper CI bound {result.overlap_high:.3f} is below --min-overlap "
+              f"{result.min_overlap:.3f}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _cmd_book(args: argparse.Namespace) -> int:
     from crslib.runner import build_book
 
@@ -124,7 +188,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, metavar="DATA",
                    help="manifest .csv/.parquet, data folder, image folder, MedMNIST .npz, or 'phantom?patients=N&size=PX&seed=S'")
     p.add_argument("--model", required=True, metavar="SPEC",
-                   help="model spec: timm:NAME[?weights=PATH|pretrained=hf][&size=PX], onnx:PATH#OUTPUT")
+                   help="model spec: timm:NAME[?weights=PATH|pretrained=hf][&size=PX], "
+                   "onnx:PATH#OUTPUT[?size=..&mean=..&std=..&bgr=1&scale=255], zoo:NAME, public:NAME")
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     p.add_argument("--workers", type=int, default=None, help="data loader workers (default: automatic)")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the embedding cache")
@@ -132,6 +197,41 @@ def build_parser() -> argparse.ArgumentParser:
                    help="skip unreadable images and list them, instead of stopping at the first")
     p.add_argument("--out", metavar="FILE.npy", help="also save the embeddings (and FILE_image_ids.npy)")
     p.set_defaults(func=_cmd_embed)
+
+    p = sub.add_parser(
+        "zoo",
+        help="train (or reuse) the model zoo on the phantom training pool",
+        description="Train small encoders that differ in one factor at a time (objective, seed, size); "
+        "each gets a checkpoint and a model card in the cache, and a trained model is reused.",
+    )
+    p.add_argument("--preset", default="default", choices=["quick", "default"],
+                   help="which zoo to train (default: default)")
+    p.add_argument("--data", metavar="DATA", help="training data (default: the preset's phantom)")
+    p.add_argument("--force", action="store_true", help="retrain even when a cached model matches")
+    p.add_argument("--list", action="store_true", help="list the trained models and exit")
+    p.set_defaults(func=_cmd_zoo)
+
+    p = sub.add_parser(
+        "compare",
+        help="check whether a successor model returns the same neighbours as the old one",
+        description="Model-replacement check on unlabelled images: mutual kNN overlap with a CI against "
+        "chance and a random-init reference, per subgroup, the linear map's held-out R^2 and, with "
+        "--labels, classifier transfer retention. Writes report.html and compare.json; exits 1 when "
+        "the overlap's upper CI bound is below --min-overlap.",
+    )
+    p.add_argument("--old", required=True, metavar="SPEC", help="the model in use")
+    p.add_argument("--new", required=True, metavar="SPEC", help="the candidate successor")
+    p.add_argument("--data", required=True, metavar="DATA", help="images (labels optional)")
+    p.add_argument("--k", type=int, default=10, help="neighbours per image (default 10)")
+    p.add_argument("--labels", nargs="+", metavar="COL", help="manifest columns for classifier transfer")
+    p.add_argument("--min-overlap", type=float, metavar="X", help="fail (exit 1) below this overlap")
+    p.add_argument("--reference", metavar="SPEC",
+                   help="reference model (default: the new model's architecture, randomly initialised)")
+    p.add_argument("--no-reference", action="store_true", help="skip the random-init reference")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of bootstrap and splits (default 0)")
+    p.add_argument("--out", default="crs-compare", metavar="DIR", help="report folder (default crs-compare)")
+    p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser(
         "book",

@@ -147,6 +147,7 @@ SPEC_FORMS = (
     "timm:NAME?pretrained=hf[&size=INT]",
     "onnx:PATH[#OUTPUT][?size=INT&mean=A,B,C&std=A,B,C&bgr=1&layout=nchw|nhwc&scale=255]",
     "zoo:NAME[@KEY]",
+    "public:efficientnet_lite0|open_nsfw[?size=INT]",
 )
 _TIMM_OPTIONS = ("seed", "weights", "pretrained", "size", "in_chans")
 _ONNX_OPTIONS = ("size", "mean", "std", "bgr", "layout", "scale")
@@ -888,6 +889,11 @@ def parse_spec(spec: str) -> ParsedSpec:
         if not name:
             raise ModelError(f"model spec {spec!r} has no zoo model name; {_forms()}")
         return ParsedSpec("zoo", name)
+    if backend == "public":
+        name = rest.strip()
+        if not name:
+            raise ModelError(f"model spec {spec!r} has no public encoder name; {_forms()}")
+        return ParsedSpec("public", name)
     if backend == "torch":
         raise ModelError(
             f"model spec {spec!r}: torch modules have no spec string; wrap the module with "
@@ -974,7 +980,43 @@ def load_encoder(spec: str) -> Encoder:
         from crslib.zoo import load_zoo_encoder
 
         return load_zoo_encoder(parsed.target)
+    if parsed.backend == "public":
+        from crslib.zoo import load_public_encoder
+
+        return load_public_encoder(parsed.target)
     return _load_onnx(parsed, spec)
+
+
+def random_init_spec(spec: str) -> str | None:
+    """The spec of a randomly initialised network of the same architecture.
+
+    The floor a trained encoder's agreement should clear (CRS-Bench compares
+    every model with a random network). ``timm`` specs keep the architecture,
+    input size and channels and drop the weights; ``public:efficientnet_lite0``
+    maps to its timm architecture; ``zoo`` models to the zoo's untrained model
+    of the same architecture. ONNX files carry no separable architecture, so
+    they have no reference (``None``).
+
+    Examples
+    --------
+    >>> random_init_spec("timm:resnet18?weights=/w/r18.pth&size=64")
+    'timm:resnet18?seed=0&size=64'
+    """
+    parsed = parse_spec(spec)
+    if parsed.backend == "timm":
+        keep = {k: v for k, v in parsed.options.items() if k in ("size", "in_chans")}
+        keep["seed"] = "0"
+        return _canonical(ParsedSpec("timm", parsed.target), keep)
+    if parsed.backend == "public":
+        name, _, query = parsed.target.partition("?")
+        if name == "efficientnet_lite0":
+            return "timm:tf_efficientnet_lite0" + ("?" + query + "&seed=0" if query else "?seed=0")
+        return None
+    if parsed.backend == "zoo":
+        # Zoo names follow "{objective}-{architecture}-seed{seed}" (crslib.zoo.ZooModelSpec.make).
+        match = re.fullmatch(r"[a-z_]+-(?P<arch>[a-z0-9_]+)-seed\d+(@\w+)?", parsed.target)
+        return f"zoo:random_init-{match['arch']}-seed0" if match else None
+    return None
 
 
 def _load_onnx(parsed: ParsedSpec, spec: str) -> OnnxEncoder:

@@ -66,3 +66,71 @@ def embedding_map(
     ax.set(xlabel="", ylabel="", xticks=[], yticks=[], title=title)
     ax.legend(title=hue_name, fontsize=7, title_fontsize=8, markerscale=1.5, loc="best", frameon=False)
     return ax
+
+
+def overlap_histogram(
+    per_image: np.ndarray,
+    *,
+    k: int,
+    chance: float,
+    reference: float | None = None,
+    ax: Axes | None = None,
+) -> Axes:
+    """Histogram of per-image overlaps (multiples of 1/k) with mean, chance and reference lines."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 3.2))
+    bins = np.arange(k + 2) / k - 0.5 / k
+    ax.hist(per_image, bins=bins, color="#4c72b0", alpha=0.85)
+    ax.axvline(float(np.mean(per_image)), color="black", label=f"mean {np.mean(per_image):.3f}")
+    ax.axvline(chance, color="grey", linestyle=":", label=f"chance {chance:.3f}")
+    if reference is not None:
+        ax.axvline(reference, color="#c44e52", linestyle="--", label=f"random init {reference:.3f}")
+    ax.set(xlabel=f"share of {k} nearest neighbours in common", ylabel="images", xlim=(-0.05, 1.05))
+    ax.legend(frameon=False, fontsize=8)
+    return ax
+
+
+def subgroup_overlap(table: pd.DataFrame, *, chance: float | None = None, ax: Axes | None = None) -> Axes:
+    """Mean overlap with its CI per subgroup level (``column, level, mean, low, high``)."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 0.35 * len(table) + 1.2))
+    labels = [f"{c}: {v}" for c, v in zip(table["column"], table["level"])]
+    y = np.arange(len(table))
+    ax.errorbar(table["mean"], y, xerr=[table["mean"] - table["low"], table["high"] - table["mean"]],
+                fmt="o", color="#4c72b0", capsize=3)
+    ax.set_yticks(y, labels)
+    ax.invert_yaxis()
+    if chance is not None:
+        ax.axvline(chance, color="grey", linestyle=":", label="chance")
+        ax.legend(frameon=False, fontsize=8)
+    ax.set(xlabel="mean mutual kNN overlap (95% CI)")
+    return ax
+
+
+def retention_bars(table: pd.DataFrame, *, ax: Axes | None = None) -> Axes:
+    """AUROC retention (transferred / original) per finding with its CI."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 0.35 * len(table) + 1.2))
+    table = table.dropna(subset=["retention"])
+    y = np.arange(len(table))
+    ax.errorbar(table["retention"], y,
+                xerr=[table["retention"] - table["retention_low"], table["retention_high"] - table["retention"]],
+                fmt="o", color="#55a868", capsize=3)
+    ax.axvline(1.0, color="grey", linestyle=":")
+    ax.set_yticks(y, [str(f).removeprefix("finding_") for f in table["finding"]])
+    ax.invert_yaxis()
+    ax.set(xlabel="AUROC retention, transferred / original (95% CI)")
+    return ax
+
+
+def agreement_heatmap(matrix: pd.DataFrame, *, ax: Axes | None = None, vmax: float | None = None) -> Axes:
+    """Heatmap of a model x model agreement matrix (diagonal masked)."""
+    if ax is None:
+        size = 0.45 * len(matrix) + 2
+        _, ax = plt.subplots(figsize=(size + 1, size))
+    mask = np.eye(len(matrix), dtype=bool)
+    sns.heatmap(matrix, mask=mask, annot=len(matrix) <= 14, fmt=".2f", cmap="viridis", vmin=0,
+                vmax=vmax, square=True, cbar_kws={"label": "mutual kNN overlap"}, ax=ax,
+                annot_kws={"fontsize": 6})
+    ax.set(xlabel="", ylabel="")
+    return ax

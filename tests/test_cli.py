@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-SUBCOMMANDS = ["phantom", "embed", "book"]
+SUBCOMMANDS = ["phantom", "embed", "zoo", "compare", "book"]
 
 
 def crs(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
