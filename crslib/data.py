@@ -928,7 +928,7 @@ def load_medmnist(npz_path: str | os.PathLike, *, out_dir: str | os.PathLike | N
         raise DataError(f"cannot read {npz_path} as a .npz file: {exc}") from None
     if not hasattr(archive, "files"):
         raise DataError(f"{npz_path} holds a single array, not a MedMNIST .npz archive of named arrays")
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     with archive:
         plan = _medmnist_plan(npz_path, archive)

@@ -41,6 +41,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -531,7 +532,7 @@ def _compute_shards(todo: list[_Shard], paths: list[str], ids: np.ndarray, encod
                     cache: bool, batch_size: int, num_workers: int | None, on_error: str,
                     progress: bool | None) -> int:
     from torch.utils.data import DataLoader
-    from tqdm.auto import tqdm
+    from tqdm import tqdm
 
     n_images = sum(len(s.positions) for s in todo)
     workers = _default_workers(n_images) if num_workers is None else int(num_workers)
@@ -610,3 +611,40 @@ def _finish_shard(shard: _Shard, state: dict[str, Any], encoder: Encoder) -> Non
         X[pos_to_local[pos]] = row
     shard.X = X
     shard.failed = {pos_to_local[pos]: reason for pos, reason in state["failed"].items()}
+
+
+def embed_models(
+    manifest: pd.DataFrame,
+    specs: Mapping[str, str] | Sequence[str],
+    *,
+    on_error: str = "raise",
+    progress: bool | None = None,
+) -> dict[str, np.ndarray]:
+    """Embeddings of one data set under several models, each through the cache.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        The images.
+    specs : mapping of display name -> model spec, or a sequence of specs
+        (then each spec is its own name).
+    on_error, progress
+        As in :func:`extract_embeddings`; with ``on_error="skip"`` every model
+        must skip the same images, so the rows stay aligned.
+
+    Returns
+    -------
+    dict of name -> ndarray (n_images, dim), rows in manifest order.
+    """
+    from crslib.encoders import load_encoder
+
+    named = dict(specs) if isinstance(specs, Mapping) else {spec: spec for spec in specs}
+    out: dict[str, np.ndarray] = {}
+    kept: np.ndarray | None = None
+    for name, spec in named.items():
+        result = extract_embeddings(manifest, load_encoder(spec), on_error=on_error, progress=progress)
+        if kept is not None and not np.array_equal(kept, result.image_ids):
+            raise InputError(f"model {name} skipped other images than the models before it; rows would not align")
+        kept = result.image_ids
+        out[name] = result.X
+    return out
