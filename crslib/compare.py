@@ -32,6 +32,7 @@ from crslib.agreement import (
     overlap_ci,
 )
 from crslib.errors import InputError
+from crslib.stats import grouped_partition
 from crslib.transfer import classifier_transfer, fit_linear_map, held_out_r2
 
 SUBGROUP_COLUMNS = ("source", "view")
@@ -113,25 +114,6 @@ def binary_label_frame(manifest: pd.DataFrame, columns: Sequence[str]) -> pd.Dat
             for level in levels:
                 frames.append((values == level).astype(int).rename(f"{column}={level}"))
     return pd.concat(frames, axis=1).reset_index(drop=True)
-
-
-def _grouped_partition(groups: np.ndarray, fractions: Sequence[float], random_state: int) -> list[np.ndarray]:
-    """Split row indices into parts by whole groups (patients), in proportion to ``fractions``."""
-    rng = np.random.default_rng(random_state)
-    unique = np.unique(groups)
-    if len(unique) < len(fractions):
-        raise InputError(
-            f"need at least {len(fractions)} patients to split the images, found {len(unique)}"
-        )
-    order = rng.permutation(unique)
-    bounds = np.round(np.cumsum(fractions) / np.sum(fractions) * len(order)).astype(int)
-    parts, start = [], 0
-    for end in bounds:
-        end = max(end, start + 1)
-        members = set(order[start:end].tolist())
-        parts.append(np.flatnonzero([g in members for g in groups]))
-        start = end
-    return parts
 
 
 def compare_embeddings(
@@ -217,11 +199,11 @@ def compare_embeddings(
         result.subgroups = table.to_dict(orient="records")
     patients = groups if groups is not None else np.arange(len(X_old))
     if labels is None:
-        fit_idx, test_idx = _grouped_partition(patients, (0.8, 0.2), random_state)
+        fit_idx, test_idx = grouped_partition(patients, (0.8, 0.2), random_state=random_state)
         linear = fit_linear_map(X_new[fit_idx], X_old[fit_idx], random_state=random_state)
         result.map_r2 = float(held_out_r2(linear, X_new[test_idx], X_old[test_idx]))
     else:
-        map_idx, train_idx, test_idx = _grouped_partition(patients, (0.5, 0.25, 0.25), random_state)
+        map_idx, train_idx, test_idx = grouped_partition(patients, (0.5, 0.25, 0.25), random_state=random_state)
         table = classifier_transfer(
             X_old, X_new, labels.reset_index(drop=True), map_idx=map_idx, train_idx=train_idx,
             test_idx=test_idx, groups=groups, n_resamples=min(n_resamples, 500), random_state=random_state,

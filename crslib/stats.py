@@ -37,6 +37,7 @@ __all__ = [
     "mantel_test",
     "pairwise_spearman",
     "resample_indices",
+    "grouped_partition",
 ]
 
 
@@ -658,3 +659,44 @@ def mantel_test(
         null[s : s + cnt] = corr(perms)
     p = _perm_p(observed, null, alternative, include_observed=True)
     return MantelResult(observed, p, n_permutations, False, method, alternative)
+
+
+def grouped_partition(groups: Any, fractions: Sequence[float], *, random_state: int = 0) -> list[np.ndarray]:
+    """Split row indices into disjoint parts by whole groups (patients).
+
+    Parameters
+    ----------
+    groups : array-like of shape (n_samples,)
+        Group label per row; all rows of a group land in the same part.
+    fractions : sequence of float
+        Relative share of groups per part, e.g. ``(0.5, 0.25, 0.25)``.
+    random_state : int
+        Seed of the group shuffle.
+
+    Returns
+    -------
+    list of ndarray
+        Row indices of each part, in ascending order.
+
+    Examples
+    --------
+    >>> parts = grouped_partition([0, 0, 1, 1, 2, 2, 3, 3], (0.5, 0.5))
+    >>> sorted(len(p) for p in parts)
+    [4, 4]
+    """
+    groups = np.asarray(groups)
+    rng = np.random.default_rng(random_state)
+    unique = np.unique(groups)
+    if len(unique) < len(fractions):
+        raise InputError(
+            f"need at least {len(fractions)} patients to split the images, found {len(unique)}"
+        )
+    order = rng.permutation(unique)
+    bounds = np.round(np.cumsum(fractions) / np.sum(fractions) * len(order)).astype(int)
+    parts, start = [], 0
+    for end in bounds:
+        end = max(end, start + 1)
+        members = set(order[start:end].tolist())
+        parts.append(np.flatnonzero(np.isin(groups, list(members))))
+        start = end
+    return parts

@@ -166,3 +166,15 @@ def test_permutation_test():
     rng = np.random.default_rng(0)
     res = stats.permutation_test(lambda a, b: np.corrcoef(a, b)[0, 1], rng.normal(size=40), rng.normal(size=40))
     assert res.p_value > 0.05
+
+
+def test_grouped_partition_keeps_groups_whole_and_disjoint() -> None:
+    from crslib.stats import grouped_partition
+
+    groups = np.repeat(np.arange(40), 3)
+    parts = grouped_partition(groups, (0.5, 0.25, 0.25), random_state=1)
+    assert sum(len(p) for p in parts) == len(groups)
+    seen = [set(groups[p]) for p in parts]
+    assert not (seen[0] & seen[1] or seen[0] & seen[2] or seen[1] & seen[2])
+    assert [len(s) for s in seen] == [20, 10, 10]
+    assert all(np.array_equal(a, b) for a, b in zip(parts, grouped_partition(groups, (0.5, 0.25, 0.25), random_state=1)))
