@@ -50,6 +50,28 @@ def test_notebook_01_shows_figures_and_tables(quick_book) -> None:
     assert {"manifest_summary.csv", "embedding_map.csv", "separation.csv"} <= {p.name for p in results.iterdir()}
 
 
+def test_every_study_notebook_draws_figures(quick_book) -> None:
+    _, record = quick_book
+    names = {e.name for e in record.notebooks}
+    assert {"01_data_and_embeddings", "02_agreement", "03_transfer"} <= names
+    for entry in record.notebooks:
+        notebook = nbformat.read(entry.output, as_version=4)
+        images = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])
+                  if "image/png" in o.get("data", {})]
+        assert len(images) >= 2, f"{entry.name} shows {len(images)} figures"
+
+
+def test_agreement_headline_is_beside_the_paper(quick_book) -> None:
+    import pandas as pd
+
+    _, record = quick_book
+    headline = pd.read_csv(Path(record.run_dir) / "results" / "02_agreement" / "headline.csv")
+    assert headline["paper (CRS-Bench)"].astype(str).str.contains("0.091").any()
+    matrix = pd.read_csv(Path(record.run_dir) / "results" / "02_agreement" / "agreement_matrix.csv", index_col=0)
+    assert (matrix.to_numpy().diagonal() == 1.0).all()
+    assert ((matrix.to_numpy() >= 0) & (matrix.to_numpy() <= 1)).all()
+
+
 def test_book_pages_render_with_figures(quick_book) -> None:
     root, record = quick_book
     html = Path(record.html_index)
@@ -58,6 +80,9 @@ def test_book_pages_render_with_figures(quick_book) -> None:
         "intro": root / "_build/html/book/intro.html",
         "notebook": root / "_build/html/book/generated/01_data_and_embeddings.html",
         "own data": root / "_build/html/book/own_data.html",
+        "agreement": root / "_build/html/book/generated/02_agreement.html",
+        "transfer": root / "_build/html/book/generated/03_transfer.html",
+        "compare gate": root / "_build/html/book/compare_gate.html",
     }
     for name, page in pages.items():
         assert page.is_file(), f"{name} page missing: {page}"
