@@ -1,0 +1,135 @@
+"""Time the zoo presets on the phantom and probe what each model learned.
+
+Usage::
+
+    .venv/bin/python bench/bench_zoo.py [quick|default ...] [--probe]
+
+For each preset: trains the zoo into a fresh temporary cache folder (the
+phantom itself comes from the normal crslib cache), prints the total wall
+time against the budget (quick 120 s, default 600 s on 2 cores), the CPU
+time, the load average before and after (other work on the machine inflates
+wall time), and per model: wall and CPU seconds, loss, embedding spread and,
+with ``--probe``, the mean linear-probe AUROC over the 8 findings (logistic
+regression fitted on the training split, scored on val + test).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import crslib  # noqa: F401  (before torch/timm)
+
+BUDGET_S = {"quick": 120.0, "default": 600.0}
+DATA = {"quick": "phantom?patients=150&size=64&seed=0", "default": "phantom?patients=600&size=64&seed=0"}
+
+
+def probe_auroc(manifest, encoder) -> float:
+    import numpy as np
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    from crslib.data import read_image
+
+    emb = encoder.encode(encoder.preprocess_batch([read_image(p) for p in manifest["path"]]))
+    train = (manifest["split"] == "train").to_numpy()
+    emb = (emb - emb[train].mean(0)) / (emb[train].std(0) + 1e-6)
+    aucs = []
+    for column in [c for c in manifest.columns if c.startswith("finding_")]:
+        y = manifest[column].to_numpy()
+        if len(set(y[train])) < 2 or len(set(y[~train])) < 2:
+            continue
+        clf = LogisticRegression(C=0.1, max_iter=3000).fit(emb[train], y[train])
+        aucs.append(roc_auc_score(y[~train], clf.decision_function(emb[~train])))
+    return float(np.mean(aucs))
+
+
+def estimate(preset: str, manifest, repeats: int = 6) -> float:
+    """Idle-machine estimate of a preset's training time: the fastest of
+    ``repeats`` timed steps of each model (the minimum filters out time lost
+    to other processes), times its number of steps."""
+    import torch
+
+    from crslib import zoo
+
+    pool = zoo._load_pool(manifest, 64, False)
+    total = 0.0
+    with zoo._training_context(zoo.ZOO_THREADS):
+        for spec in zoo.zoo_specs(preset):
+            if spec.objective == "random_init":
+                continue
+            cols, labels, classes = zoo._labels_for(spec.objective, pool.rows)
+            torch.manual_seed(0)
+            model = zoo._build_objective(spec, zoo.build_encoder_module(spec.architecture),
+                                         len(cols) if spec.objective == "supervised_multilabel" else len(classes), 64)
+            opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+            gen = torch.Generator().manual_seed(0)
+            batch = min(spec.batch_size, len(pool.rows))
+            x = pool.images[:batch]
+            y = None if labels is None else torch.from_numpy(labels[:batch].copy())
+            times = []
+            for _ in range(repeats):
+                t = time.perf_counter()
+                loss = model.loss(x, y, gen, lambda v: (v - pool.mean) / pool.std)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                model.after_step(0.5)
+                times.append(time.perf_counter() - t)
+            steps = (len(pool.rows) // batch) * spec.epochs
+            total += min(times[1:]) * steps
+            print(f"  {spec.name:42s} {min(times[1:]) * 1000:6.1f} ms/step x {steps} steps = "
+                  f"{min(times[1:]) * steps:6.1f} s", flush=True)
+    return total
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("presets", nargs="*", default=["quick", "default"])
+    parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--estimate", action="store_true",
+                        help="only estimate the idle-machine training time from the fastest of a few steps")
+    args = parser.parse_args(argv)
+
+    import torch
+
+    from crslib.data import load_data
+    from crslib.zoo import load_zoo_encoder, train_zoo
+
+    torch.set_num_threads(2)
+    for preset in args.presets:
+        manifest = load_data(DATA[preset])
+        if args.estimate:
+            total = estimate(preset, manifest)
+            print(f"== {preset}: estimated {total:.1f} s of training on an idle 2-core machine "
+                  f"(budget {BUDGET_S[preset]:.0f} s)")
+            continue
+        root = tempfile.mkdtemp(prefix=f"crs-zoo-bench-{preset}-")
+        load_before = os.getloadavg()[0]
+        t0, c0 = time.perf_counter(), time.process_time()
+        cards = train_zoo(manifest, preset=preset, cache_root=root, progress=False)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        load_after = os.getloadavg()[0]
+        print(f"\n== zoo preset {preset}: {len(cards)} models on {DATA[preset]} "
+              f"({int((manifest['split'] == 'train').sum())} training images)")
+        print(f"wall {wall:.1f} s (budget {BUDGET_S[preset]:.0f} s, ratio {wall / BUDGET_S[preset]:.2f}); "
+              f"CPU {cpu:.1f} s; load average before/after {load_before:.2f}/{load_after:.2f}")
+        rows = []
+        for _, card in cards.iterrows():
+            line = (f"{card['name']:42s} wall {card['wall_time_s']:6.1f}s cpu {card['cpu_time_s']:6.1f}s "
+                    f"loss {card['initial_loss'] if card['initial_loss'] == card['initial_loss'] else float('nan'):7.4f}"
+                    f" -> {card['final_loss'] if card['final_loss'] == card['final_loss'] else float('nan'):7.4f} "
+                    f"spread {card['embedding_spread']:.3f} eff.rank {card['embedding_effective_rank']:6.2f}")
+            if args.probe:
+                line += f" probe AUROC {probe_auroc(manifest, load_zoo_encoder(card['name'], cache_root=root)):.3f}"
+            rows.append(line)
+        print("\n".join(rows))
+        sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

