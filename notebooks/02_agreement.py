@@ -213,6 +213,15 @@ display(Markdown(
     f"Spearman over the {association['n_pairs']} pairs, for reference only: {association['spearman_r']:.3f}. "
     "The paper reports that agreement is not tied to accuracy."
 ))
+random_auroc = probe.loc[[n for n in probe.index if n.startswith("random")], "mean AUROC"].max()
+below_random = [n for n in probe.index if not n.startswith("random") and probe.loc[n, "mean AUROC"] < random_auroc]
+if below_random:
+    display(Markdown(
+        f"Trained models whose probe AUROC is below the best random network's ({random_auroc:.3f}) in this run: "
+        + ", ".join(f"`{n}`" for n in below_random)
+        + ". Their objective did not learn the findings on this small phantom; their agreement numbers "
+        "describe what they did learn, not what the objective learns at scale."
+    ))
 probe[["mean AUROC"]].sort_values("mean AUROC", ascending=False).round(3).T
 
 # %% [markdown]
