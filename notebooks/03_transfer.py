@@ -132,6 +132,8 @@ ax.plot(by_n["n_map"], by_n["retention"], marker="o", label="mean retention over
 ax.plot(by_n["n_map"], by_n["map_r2"], marker="s", linestyle="--", label="map held-out R²")
 ax.axhline(0.987, color="grey", linestyle=":", label="paper: 0.987 at n = 4,096")
 ax.set(xscale="log", xlabel="unlabelled images used to fit the map (n)", ylim=(0, 1.05))
+ax.minorticks_off()
+ax.set_xticks(by_n["n_map"], labels=[f"{int(n):,}" for n in by_n["n_map"]])
 ax.legend(frameon=False, fontsize=8)
 plt.show()
 by_n.round(3)
