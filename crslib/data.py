@@ -1342,6 +1342,7 @@ def _read_dicom(path: Path, max_pixels: int) -> np.ndarray:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             arr = pixel_array(ds, index=0)
+    # pydicom signals a transfer syntax without an installed decoder with these two.
     except (RuntimeError, NotImplementedError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ImageReadError(path, f"unsupported DICOM transfer syntax {syntax_name}: {first} "

@@ -1100,20 +1100,25 @@ def _load_timm(parsed: ParsedSpec, spec: str) -> TimmEncoder:
     )
 
 
-def _create_timm(name: str, kwargs: dict[str, Any], size: int | None, spec: str, **extra):
+def _build_timm(name: str, kwargs: dict[str, Any], size: int | None, **extra):
     """Create a timm model; models with a fixed input size (ViTs) are built
-    for ``size`` when one is given."""
+    for ``size`` when one is given. timm's own exceptions pass through."""
     import timm
 
+    if size is not None:
+        try:
+            model = timm.create_model(name, img_size=size, **kwargs, **extra)
+            model._crs_img_size = size
+            return model
+        except TypeError:
+            pass  # the architecture takes any input size
+    return timm.create_model(name, **kwargs, **extra)
+
+
+def _create_timm(name: str, kwargs: dict[str, Any], size: int | None, spec: str, **extra):
+    """:func:`_build_timm` with timm's errors turned into a ModelError naming the spec."""
     try:
-        if size is not None:
-            try:
-                model = timm.create_model(name, img_size=size, **kwargs, **extra)
-                model._crs_img_size = size
-                return model
-            except TypeError:
-                pass  # the architecture takes any input size
-        return timm.create_model(name, **kwargs, **extra)
+        return _build_timm(name, kwargs, size, **extra)
     except (RuntimeError, ValueError, KeyError, TypeError, AssertionError) as exc:
         raise ModelError(f"cannot create timm model {name!r} from {spec!r}: {exc}") from None
 
@@ -1227,7 +1232,8 @@ def _load_via_timm(name: str, kwargs: dict[str, Any], size: int | None, path: Pa
     try:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(0)
-            model = _create_timm_pretrained(name, kwargs, size, path)
+            model = _build_timm(name, kwargs, size, pretrained=True,
+                                pretrained_cfg_overlay={"file": str(path)})
     except ModelError:
         raise
     except Exception as exc:  # noqa: BLE001
@@ -1251,17 +1257,3 @@ def _load_via_timm(name: str, kwargs: dict[str, Any], size: int | None, path: Pa
         if m:
             unexpected = [k.strip() for k in m.group(1).split(",") if k.strip()]
     return model, missing, unexpected
-
-
-def _create_timm_pretrained(name, kwargs, size, path):
-    import timm
-
-    extra = {"pretrained": True, "pretrained_cfg_overlay": {"file": str(path)}}
-    if size is not None:
-        try:
-            model = timm.create_model(name, img_size=size, **kwargs, **extra)
-            model._crs_img_size = size
-            return model
-        except TypeError:
-            pass
-    return timm.create_model(name, **kwargs, **extra)
