@@ -134,3 +134,42 @@ def agreement_heatmap(matrix: pd.DataFrame, *, ax: Axes | None = None, vmax: flo
                 annot_kws={"fontsize": 6})
     ax.set(xlabel="", ylabel="")
     return ax
+
+
+def reliability_diagram(curves: pd.DataFrame, *, ax: Axes | None = None, label_col: str | None = None) -> Axes:
+    """Reliability diagram from :func:`crslib.metrics.reliability_curve`.
+
+    Draws the observed fraction positive against the mean predicted
+    probability per bin, with the bootstrap band (``frac_pos_low`` to
+    ``frac_pos_high``) shaded and the diagonal of perfect calibration.
+    Several curves (e.g. "before" and "after" recalibration) can be stacked
+    in one frame and told apart by ``label_col``.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> curve = pd.DataFrame({"mean_prob": [0.2, 0.7], "frac_pos": [0.1, 0.8],
+    ...                       "frac_pos_low": [0.0, 0.6], "frac_pos_high": [0.3, 0.9]})
+    >>> ax = reliability_diagram(curve)
+    >>> ax.get_xlabel(), [float(v) for v in ax.get_xlim()]
+    ('mean predicted probability', [0.0, 1.0])
+    """
+    if ax is None:
+        _, ax = plt.subplots(figsize=(4, 4))
+    ax.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1, label="perfect calibration")
+    if label_col is None:
+        parts = [(None, curves)]
+    else:
+        parts = [(str(name), frame) for name, frame in curves.groupby(label_col, sort=False)]
+    palette = sns.color_palette("tab10", max(1, len(parts)))
+    for (name, frame), color in zip(parts, palette):
+        frame = frame.sort_values("mean_prob")
+        ax.fill_between(frame["mean_prob"], frame["frac_pos_low"], frame["frac_pos_high"],
+                        color=color, alpha=0.2, linewidth=0)
+        ax.plot(frame["mean_prob"], frame["frac_pos"], marker="o", markersize=3, color=color,
+                label=name if name is not None else "observed")
+    ax.set(xlabel="mean predicted probability", ylabel="observed fraction positive",
+           xlim=(0.0, 1.0), ylim=(0.0, 1.0))
+    ax.set_aspect("equal")
+    ax.legend(frameon=False, fontsize=8)
+    return ax

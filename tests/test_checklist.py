@@ -1,0 +1,385 @@
+"""Tests for crslib.checklist: the seven-item reporting checklist of study 2."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crslib import checklist
+from crslib.checklist import (
+    CROSSWALK_SOURCES,
+    GUIDELINES,
+    ITEM_IDS,
+    ITEMS,
+    REFERENCES,
+    build_checklist,
+    crosswalk_frame,
+)
+from crslib.errors import InputError
+
+NAN = float("nan")
+
+
+def _effect(description, value, unit, **extra):
+    return {"description": description, "value": value, "unit": unit, "source": "nb/02_protocol", **extra}
+
+
+def _full() -> dict:
+    """Evidence that fills every item."""
+    return {
+        "split": {
+            "provenance": "Kermany official train/test folders; validation carved from train by patient",
+            "patients_disjoint": True,
+            "partition_auc": {"estimate": 0.71, "low": 0.68, "high": 0.74},
+            "partition_auc_normal": {"estimate": 0.88, "low": 0.85, "high": 0.91},
+            "effect": _effect("partition classifier, test split vs pool", 0.71, "AUC", low=0.68, high=0.74, paper=0.697),
+        },
+        "training_policy": {
+            "policies_compared": ["frozen", "fine-tuned"],
+            "reported_policy": "frozen",
+            "effect": _effect("AUROC, fine-tuned minus frozen", 0.041, "AUROC"),
+        },
+        "threshold": {
+            "rule": "Youden J",
+            "fitted_on": "validation",
+            "effect": _effect("balanced accuracy range over threshold rules", 0.087, "balanced accuracy"),
+        },
+        "metrics": {
+            "reported": ["auroc", "balanced_accuracy", "sensitivity", "specificity"],
+            "effect": _effect("balanced accuracy at the validation threshold", 0.83, "balanced accuracy"),
+        },
+        "calibration": {
+            "method": "temperature scaling",
+            "fitted_on": "validation",
+            "ece_before": 0.12,
+            "ece_after": 0.05,
+            "effect": _effect("ECE on the test split after calibration", 0.05, "ECE"),
+        },
+        "uncertainty": {
+            "confidence": 0.95,
+            "n_resamples": 2000,
+            "resampling": "patient-grouped bootstrap",
+            "seeds": [0, 1, 2],
+            "split_level": {"n_partitions": 5, "spread": 0.03},
+            "effect": _effect("AUROC spread over splits", 0.03, "AUROC"),
+        },
+        "shortcut": {
+            "pool_balanced_accuracy": {"estimate": 0.98, "low": 0.97, "high": 0.99},
+            "test_balanced_accuracy": {"estimate": 0.51, "low": 0.47, "high": 0.55},
+            "features": ["file_size", "bit_depth", "width", "height"],
+            "effect": _effect("file-property classifier, pool minus test", 0.47, "balanced accuracy"),
+        },
+    }
+
+
+def _with(item_id: str, **changes) -> dict:
+    ev = _full()
+    for key, value in changes.items():
+        if value is _DROP:
+            ev[item_id].pop(key)
+        else:
+            ev[item_id][key] = value
+    return ev
+
+
+_DROP = object()
+
+
+# --------------------------------------------------------------------------- specs
+
+
+def test_items_are_seven_in_order():
+    assert tuple(s.item_id for s in ITEMS) == ITEM_IDS
+    assert [s.number for s in ITEMS] == [1, 2, 3, 4, 5, 6, 7]
+    for spec in ITEMS:
+        assert "effect" in spec.required
+        assert spec.paper_effect.startswith("Paper:")
+
+
+def test_paper_numbers_are_the_papers():
+    quoted = " ".join(s.paper_effect for s in ITEMS)
+    for number in ("0.697", "0.898", "0.044", "0.026", "0.090", "0.992", "0.496"):
+        assert number in quoted
+
+
+def test_crosswalk_covers_all_four_guidelines_for_every_item():
+    for spec in ITEMS:
+        assert tuple(spec.crosswalk) == GUIDELINES
+        for guideline, ids in spec.crosswalk.items():
+            assert ids, f"{spec.item_id} has no {guideline} identifiers"
+            assert all(isinstance(i, str) and i.strip() for i in ids)
+
+
+def test_crosswalk_identifiers_are_in_range():
+    for spec in ITEMS:
+        assert all(1 <= int(i) <= 44 for i in spec.crosswalk["CLAIM 2024"])
+        assert all(1 <= int(i.rstrip("abcdefg")) <= 27 for i in spec.crosswalk["TRIPOD+AI"])
+        assert all(i.startswith("Part") for i in spec.crosswalk["MI-CLAIM"])
+        assert all(i.split()[0] in {f"{p}.{k}" for p in range(1, 5) for k in range(1, 9)} for i in spec.crosswalk["DOME"])
+    # spot checks against the verified item texts
+    assert "15" in checklist._SPECS["threshold"].crosswalk["TRIPOD+AI"]  # thresholds
+    assert "20" in checklist._SPECS["split"].crosswalk["CLAIM 2024"]  # partitions disjoint
+    assert "4.4 Confidence" in checklist._SPECS["uncertainty"].crosswalk["DOME"]
+
+
+def test_sources_and_references_document_every_guideline():
+    assert set(CROSSWALK_SOURCES) == set(GUIDELINES) == set(REFERENCES)
+    for guideline in GUIDELINES:
+        src = CROSSWALK_SOURCES[guideline]
+        assert src["reference"] and src["verified"] and "identifiers" in src
+        ref = REFERENCES[guideline]
+        assert ref["doi"].startswith("10.") and ref["title"] and ref["authors"] and ref["year"]
+    assert CROSSWALK_SOURCES["MI-CLAIM"]["section_level_only"]
+
+
+def test_crosswalk_frame():
+    frame = crosswalk_frame()
+    assert list(frame.index) == list(ITEM_IDS)
+    assert list(frame.columns) == list(GUIDELINES)
+    assert (frame != "").all().all()
+    assert frame.loc["split", "CLAIM 2024"] == "7, 19, 20, 36"
+
+
+# --------------------------------------------------------------------------- complete / missing
+
+
+def test_full_evidence_is_complete():
+    cl = build_checklist(_full(), run_id="run-1")
+    assert cl.n_complete == 7 and cl.n_missing == 0
+    assert all(e.status == "complete" and e.problems == [] for e in cl.items)
+    assert cl["split"].fields["partition_auc_normal"]["estimate"] == 0.88  # extra field kept
+    assert "effect" not in cl["split"].fields
+    assert cl["split"].effect_value == pytest.approx(0.71)
+
+
+def test_empty_evidence_is_all_missing():
+    cl = build_checklist({})
+    assert cl.n_complete == 0 and cl.n_missing == 7
+    for entry in cl.items:
+        assert entry.status == "missing"
+        assert entry.problems and all("not recorded" in p for p in entry.problems)
+        assert entry.effect is None and entry.fields == {}
+
+
+def test_none_item_is_not_recorded():
+    ev = _full()
+    ev["calibration"] = None
+    cl = build_checklist(ev)
+    assert cl["calibration"].status == "missing"
+    assert "not recorded" in cl["calibration"].problems[0]
+    assert cl.n_complete == 6
+
+
+@pytest.mark.parametrize(
+    "item_id, changes, reason",
+    [
+        ("threshold", {"fitted_on": "test"}, "threshold fitted on the test split"),
+        ("threshold", {"fitted_on": "Official test split"}, "threshold fitted on the test split"),
+        ("calibration", {"fitted_on": "test"}, "calibration fitted on the test split"),
+        ("split", {"patients_disjoint": False}, "a patient appears in more than one split"),
+        ("split", {"patients_disjoint": "yes"}, "patients_disjoint must be True or False"),
+        ("metrics", {"reported": ["auroc", "sensitivity"]}, "balanced_accuracy"),
+        ("metrics", {"reported": "balanced_accuracy"}, "must be a list"),
+        ("uncertainty", {"seeds": [0]}, "at least 2 seeds"),
+        ("uncertainty", {"seeds": [3, 3]}, "at least 2 seeds"),
+        ("uncertainty", {"split_level": {}}, "split_level is empty"),
+        ("uncertainty", {"confidence": 1.0}, "confidence must be between 0 and 1"),
+        ("uncertainty", {"n_resamples": 0}, "n_resamples must be an integer > 0"),
+        ("uncertainty", {"n_resamples": True}, "n_resamples must be an integer > 0"),
+        ("training_policy", {"policies_compared": ["frozen"]}, "'finetuned'"),
+        ("shortcut", {"features": []}, "features is empty"),
+        ("shortcut", {"pool_balanced_accuracy": {"estimate": 0.9, "low": 0.95, "high": 0.85}}, "is above"),
+        ("shortcut", {"test_balanced_accuracy": {"estimate": 0.5}}, "lacks low, high"),
+        ("split", {"partition_auc": 0.7}, "must be a mapping with estimate, low and high"),
+        ("calibration", {"ece_after": -0.1}, "between 0.0 and 1.0"),
+        ("split", {"provenance": "  "}, "non-empty string"),
+    ],
+)
+def test_each_check_makes_the_item_missing(item_id, changes, reason):
+    cl = build_checklist(_with(item_id, **changes))
+    entry = cl[item_id]
+    assert entry.status == "missing"
+    assert any(reason in p for p in entry.problems), entry.problems
+    assert cl.n_complete == 6  # the others stay complete
+
+
+@pytest.mark.parametrize(
+    "item_id, field_name",
+    [(spec.item_id, name) for spec in ITEMS for name in spec.required if name != "effect"],
+)
+def test_each_required_field_when_absent_makes_the_item_missing(item_id, field_name):
+    entry = build_checklist(_with(item_id, **{field_name: _DROP}))[item_id]
+    assert entry.status == "missing"
+    assert f"{field_name} not recorded" in entry.problems
+
+
+@pytest.mark.parametrize(
+    "item_id, changes",
+    [
+        ("calibration", {"ece_before": NAN}),
+        ("uncertainty", {"confidence": NAN}),
+        ("threshold", {"fitted_on": NAN}),
+        ("split", {"partition_auc": {"estimate": NAN, "low": 0.6, "high": 0.8}}),
+        ("uncertainty", {"split_level": {"n_partitions": 5, "spread": NAN}}),
+        ("uncertainty", {"seeds": [0, NAN]}),
+        ("shortcut", {"test_balanced_accuracy": {"estimate": 0.5, "low": np.float64("nan"), "high": 0.6}}),
+        ("metrics", {"effect": _effect("balanced accuracy", NAN, "balanced accuracy")}),
+    ],
+)
+def test_nan_in_a_required_field_is_never_complete(item_id, changes):
+    entry = build_checklist(_with(item_id, **changes))[item_id]
+    assert entry.status == "missing"
+    assert any("NaN" in p for p in entry.problems), entry.problems
+
+
+def test_missing_effect_makes_the_item_missing():
+    for spec in ITEMS:
+        entry = build_checklist(_with(spec.item_id, effect=_DROP))[spec.item_id]
+        assert entry.status == "missing"
+        assert entry.problems == ["no measured effect recorded"]
+
+
+def test_incomplete_effect_is_missing():
+    effect = {"description": "x", "value": 0.1}  # no unit, no source
+    entry = build_checklist(_with("threshold", effect=effect))["threshold"]
+    assert entry.status == "missing"
+    assert "effect.unit not recorded" in entry.problems and "effect.source not recorded" in entry.problems
+    entry = build_checklist(_with("threshold", effect=_effect("x", 0.1, "AUROC", low=0.2)))["threshold"]
+    assert any("low and high" in p for p in entry.problems)
+
+
+def test_accepts_numpy_values_and_name_variants():
+    ev = _full()
+    ev["split"]["patients_disjoint"] = np.bool_(True)
+    ev["uncertainty"]["n_resamples"] = np.int64(500)
+    ev["uncertainty"]["confidence"] = np.float32(0.9)
+    ev["metrics"]["reported"] = ["AUROC", "Balanced accuracy"]
+    ev["training_policy"]["policies_compared"] = ("Frozen", "FINETUNED")
+    assert build_checklist(ev).n_complete == 7
+
+
+def test_unknown_ids_are_kept_with_a_warning(caplog):
+    ev = _full()
+    ev["notes"] = {"anything": 1}
+    with caplog.at_level(logging.WARNING, logger="crslib.checklist"):
+        cl = build_checklist(ev)
+    assert cl.extra == {"notes": {"anything": 1}}
+    assert cl.n_complete == 7
+    assert any("notes" in r.getMessage() for r in caplog.records)
+    assert "notes" in cl.to_markdown() and cl.to_dict()["extra"] == {"notes": {"anything": 1}}
+
+
+def test_input_is_not_mutated():
+    ev = _full()
+    before = copy.deepcopy(ev)
+    build_checklist(ev)
+    assert ev == before
+
+
+@pytest.mark.parametrize(
+    "evidence, match",
+    [
+        ([("split", {})], "evidence must be a mapping"),
+        ("split", "evidence must be a mapping"),
+        ({"split": ["provenance"]}, r"evidence\['split'\] must be a mapping"),
+        ({"threshold": "Youden"}, r"evidence\['threshold'\] must be a mapping"),
+        ({1: {}}, "keys must be item ids"),
+    ],
+)
+def test_bad_input_raises_input_error(evidence, match):
+    with pytest.raises(InputError, match=match):
+        build_checklist(evidence)
+
+
+def test_bad_run_id_raises_input_error():
+    with pytest.raises(InputError, match="run_id"):
+        build_checklist({}, run_id=3)
+
+
+# --------------------------------------------------------------------------- renderings
+
+
+def test_to_json_round_trips_with_items_in_order():
+    ev = _with("calibration", ece_before=NAN)
+    ev["split"]["note_value"] = float("inf")
+    cl = build_checklist(ev, run_id="r1")
+    data = json.loads(cl.to_json())
+    assert data["run_id"] == "r1"
+    assert [i["number"] for i in data["items"]] == [1, 2, 3, 4, 5, 6, 7]
+    assert [i["item_id"] for i in data["items"]] == list(ITEM_IDS)
+    assert data["n_complete"] == 6 and data["n_missing"] == 1
+    calib = data["items"][4]
+    assert calib["status"] == "missing" and calib["fields"]["ece_before"] is None  # NaN -> null
+    assert data["items"][0]["fields"]["note_value"] is None
+    assert data["items"][0]["crosswalk"]["CLAIM 2024"] == ["7", "19", "20", "36"]
+    assert json.loads(cl.to_json(indent=None)) == data
+
+
+def test_to_dict_handles_numpy_scalars():
+    ev = _full()
+    ev["uncertainty"]["n_resamples"] = np.int64(500)
+    ev["uncertainty"]["seeds"] = np.array([1, 2])
+    data = build_checklist(ev).to_dict()
+    json.dumps(data, allow_nan=False)
+    unc = data["items"][5]["fields"]
+    assert unc["n_resamples"] == 500 and unc["seeds"] == [1, 2]
+
+
+def test_to_markdown_shows_titles_statuses_and_papers_numbers():
+    ev = _with("threshold", fitted_on="test")
+    md = build_checklist(ev, run_id="r2").to_markdown()
+    assert md.startswith("# Reporting checklist (run r2)")
+    for spec in ITEMS:
+        assert f"## {spec.number}. {spec.title}" in md
+    assert md.count("✅ complete") == 6
+    assert md.count("❌ missing") == 1
+    assert "❌ missing: threshold fitted on the test split" in md
+    for line in [ln for ln in md.splitlines() if any(n in ln for n in ("0.697", "0.044", "0.090", "0.992"))]:
+        assert "paper" in line.lower()
+    assert "0.697" in md and "0.992" in md and "0.496" in md
+    # this run's measured effect with its CI, beside the paper's
+    assert "0.710 AUC (CI 0.680 to 0.740)" in md
+    assert "Youden J" in md  # recorded fields are shown
+    for guideline in GUIDELINES:
+        assert md.count(f"{guideline}: ") >= 7
+
+
+def test_to_markdown_of_empty_run():
+    md = build_checklist({}).to_markdown()
+    assert md.startswith("# Reporting checklist\n")
+    assert md.count("❌ missing") == 7 and "✅" not in md
+    assert md.count("nothing recorded") == 7
+
+
+def test_to_frame():
+    cl = build_checklist(_with("uncertainty", seeds=[1]))
+    frame = cl.to_frame()
+    assert isinstance(frame, pd.DataFrame)
+    assert list(frame["number"]) == [1, 2, 3, 4, 5, 6, 7]
+    assert list(frame["item"]) == list(ITEM_IDS)
+    assert {"number", "item", "status", "effect_value", "paper_value", "problems"} <= set(frame.columns)
+    row = frame.set_index("item").loc["uncertainty"]
+    assert row["status"] == "missing" and "at least 2 seeds" in row["problems"]
+    assert frame.set_index("item").loc["split", "effect_value"] == pytest.approx(0.71)
+    assert frame.set_index("item").loc["split", "paper_value"] == pytest.approx(0.697)
+    assert math.isnan(frame.set_index("item").loc["calibration", "paper_value"])
+    empty = build_checklist({}).to_frame()
+    assert empty["effect_value"].isna().all() and (empty["status"] == "missing").all()
+
+
+def test_getitem_unknown_item():
+    with pytest.raises(KeyError, match="no checklist item"):
+        build_checklist({})["nope"]
+
+
+def test_paper_values_match_the_quoted_numbers():
+    for spec in ITEMS:
+        if spec.paper_value is not None:
+            assert f"{spec.paper_value:.3f}" in spec.paper_effect
+            assert spec.paper_unit
