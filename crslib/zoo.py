@@ -109,7 +109,7 @@ import numpy as np
 import pandas as pd
 
 import crslib  # noqa: F401  (applies the torchvision import fix before torch/timm)
-from crslib._io import atomic_write_bytes, atomic_write_json, digest_of, file_sha256
+from crslib._io import atomic_write_bytes, atomic_write_json, atomic_write_text, digest_of, file_sha256
 from crslib.config import cache_dir, load_preset
 from crslib.errors import ConfigError, DataError, InputError, ModelError
 
@@ -126,6 +126,7 @@ __all__ = [
     "check_efficientnet_lite0",
     "convert_efficientnet_lite0",
     "efficientnet_lite0_key_map",
+    "finetune_classifier",
     "list_zoo",
     "load_public_encoder",
     "load_zoo_encoder",
@@ -1565,3 +1566,218 @@ def load_public_encoder(name: str, *, size: int | None = None, cache_root: str |
     listing = "; ".join(f"{n}: {d}" for n, d in PUBLIC_ENCODERS)
     raise ModelError(f"no public encoder {name!r}; available: {listing}")
 
+
+
+# --------------------------------------------------------------------------- fine-tuning (study 2)
+
+#: Bumped when a change of the fine-tuning code changes the predictions it produces.
+FINETUNE_FORMAT = 1
+
+
+def _labels01(values: pd.Series, where: str) -> np.ndarray:
+    if values.isna().any():
+        raise DataError(f"{int(values.isna().sum())} {where} rows have no label; fill or drop them")
+    classes = sorted(values.unique().tolist(), key=lambda v: (str(type(v)), v))
+    if len(classes) != 2:
+        raise DataError(
+            f"fine-tuning needs a binary label with both classes in the training rows; {where} rows have "
+            f"{len(classes)} class(es): {classes[:5]}"
+        )
+    return (values == classes[1]).to_numpy(dtype=np.float32)
+
+
+def finetune_classifier(
+    manifest: pd.DataFrame,
+    spec: str,
+    *,
+    label: str = "label",
+    train_split: str = "train",
+    epochs: int = 5,
+    seed: int = 0,
+    lr: float = 1e-3,
+    head_lr_mult: float = 10.0,
+    weight_decay: float = 1e-4,
+    batch_size: int = 64,
+    cache_root: str | os.PathLike | None = None,
+    progress: bool | None = None,
+) -> pd.DataFrame:
+    """Fine-tune a whole encoder with a linear head; probabilities for every row.
+
+    The "fine-tuned" training policy of study 2: the encoder of ``spec`` gets
+    a one-output linear head on its pooled embedding, and every weight is
+    trained with binary cross-entropy on the rows with ``split ==
+    train_split``: AdamW (the head's learning rate ``head_lr_mult`` times the
+    encoder's), a cosine schedule with a one-epoch linear warm-up, BatchNorm
+    in training mode, no augmentation (a short CPU schedule at the images'
+    size; the comparison is with a linear probe on the same rows). The model
+    after the last epoch predicts every row of the manifest (train, val and
+    test alike); nothing is selected on the validation or test rows.
+
+    Training is deterministic (the zoo's thread count, deterministic
+    algorithms, a seeded generator) and its output is cached under
+    ``<cache>/finetune/<key>.csv``: the key covers the encoder's fingerprint,
+    every image's content hash, label and split, and the hyperparameters.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+        With ``image_id``, ``path``, ``split`` and the ``label`` column (two
+        classes; the sorted second one is the positive class).
+    spec : str
+        Any torch-backed model spec (``zoo:``, ``timm:``, ``public:efficientnet_lite0``).
+    label : str
+        The label column.
+    train_split : str
+        Rows trained on.
+    epochs, seed, lr, head_lr_mult, weight_decay, batch_size
+        The schedule.
+    cache_root : path, optional
+        Default ``<crslib cache>``.
+    progress : bool, optional
+        A tqdm bar per epoch (default: when stderr is a terminal).
+
+    Returns
+    -------
+    DataFrame
+        ``image_id``, ``split``, ``y_true`` (0/1), ``prob`` (float64), in
+        the manifest's row order; ``attrs`` hold ``spec``, ``seconds``,
+        ``cache_hit``, ``final_loss``.
+
+    Raises
+    ------
+    ModelError
+        The spec is not a torch model (ONNX graphs cannot be trained here).
+    DataError
+        No ``label``/``split`` column, missing labels, or not two classes in
+        the training rows.
+
+    Examples
+    --------
+    >>> from crslib.data import load_data
+    >>> m = load_data("phantom?patients=40&size=32&seed=0")  # doctest: +SKIP
+    >>> finetune_classifier(m, "timm:resnet18?size=32", epochs=1)["prob"].between(0, 1).all()  # doctest: +SKIP
+    True
+    """
+    import torch
+    from tqdm import tqdm
+
+    from crslib.data import read_image
+    from crslib.encoders import TorchEncoder, load_encoder
+
+    if not isinstance(manifest, pd.DataFrame):
+        raise DataError(f"finetune_classifier needs a manifest DataFrame, got {type(manifest).__name__}")
+    for column in ("image_id", "path", "split", label):
+        if column not in manifest.columns:
+            raise DataError(f"the manifest has no {column!r} column; fine-tuning needs image_id, path, split and {label!r}")
+    for name, value, low in (("epochs", epochs, 1), ("batch_size", batch_size, 2)):
+        if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+            raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
+    train_mask = (manifest["split"].astype(str) == train_split).to_numpy()
+    if train_mask.sum() < 4:
+        raise DataError(f"the manifest has {int(train_mask.sum())} rows with split == {train_split!r}; need at least 4")
+    y_train = _labels01(manifest.loc[train_mask, label], f"{train_split!r}")
+    positive = sorted(manifest.loc[train_mask, label].unique().tolist(), key=lambda v: (str(type(v)), v))[1]
+    y_all = (manifest[label] == positive).to_numpy(dtype=np.float32)
+
+    encoder = load_encoder(spec)
+    if not isinstance(encoder, TorchEncoder):
+        raise ModelError(
+            f"cannot fine-tune {spec!r}: it is a {encoder.backend} model; only torch models (zoo:, timm:, "
+            "public:efficientnet_lite0) can be fine-tuned, use the frozen policy for it"
+        )
+    hashes = [file_sha256(p) for p in manifest["path"].astype(str)]
+    hparams = {"epochs": int(epochs), "seed": int(seed), "lr": float(lr), "head_lr_mult": float(head_lr_mult),
+               "weight_decay": float(weight_decay), "batch_size": int(batch_size), "train_split": train_split}
+    key = digest_of(["crslib-finetune", FINETUNE_FORMAT, encoder.fingerprint(), hashes,
+                     manifest["split"].astype(str).tolist(), y_all.tolist(), hparams, ZOO_THREADS,
+                     torch.__version__])
+    root = Path(cache_root) if cache_root is not None else cache_dir()
+    out_path = root / "finetune" / f"{key[:32]}.csv"
+    card_path = out_path.with_suffix(".json")
+
+    def _result(probs: np.ndarray, *, hit: bool, seconds: float, final_loss: float | None) -> pd.DataFrame:
+        frame = pd.DataFrame({"image_id": manifest["image_id"].astype(str).to_numpy(),
+                              "split": manifest["split"].astype(str).to_numpy(),
+                              "y_true": y_all.astype(int), "prob": probs.astype(np.float64)})
+        frame.attrs.update({"spec": spec, "seconds": seconds, "cache_hit": hit, "final_loss": final_loss,
+                            "key": key, "hparams": hparams})
+        return frame
+
+    if out_path.is_file() and card_path.is_file():
+        try:
+            cached = pd.read_csv(out_path)
+            card = json.loads(card_path.read_text(encoding="utf-8"))
+            if cached["image_id"].astype(str).tolist() == manifest["image_id"].astype(str).tolist() \
+                    and card.get("key") == key and np.isfinite(cached["prob"]).all():
+                return _result(cached["prob"].to_numpy(), hit=True, seconds=float(card.get("seconds", 0.0)),
+                               final_loss=card.get("final_loss"))
+        except (OSError, ValueError, KeyError):
+            pass
+        log.warning("fine-tuning cache %s is unreadable or stale; recomputing", out_path)
+
+    show = _progress_enabled(progress)
+    t0 = time.perf_counter()
+    images = [read_image(p) for p in manifest["path"].astype(str)]
+    x_all = encoder.preprocess_batch(images).float()
+    x_train = x_all[torch.from_numpy(train_mask.copy())]
+    t_train = torch.from_numpy(y_train)
+    with _training_context(ZOO_THREADS):
+        torch.manual_seed(seed)
+        backbone = copy.deepcopy(encoder.module)
+        dim = encoder.embedding_dim
+        head = torch.nn.Linear(dim, 1)
+
+        def logits(x):
+            z = backbone(x)
+            if isinstance(z, (tuple, list)):
+                z = z[0]
+            if z.ndim == 4:
+                z = z.mean(dim=(2, 3))
+            return head(z).squeeze(1)
+
+        for p in backbone.parameters():
+            p.requires_grad_(True)
+        opt = torch.optim.AdamW(
+            [{"params": list(backbone.parameters()), "lr_mult": 1.0},
+             {"params": list(head.parameters()), "lr_mult": float(head_lr_mult)}],
+            lr=float(lr), weight_decay=float(weight_decay),
+        )
+        gen = torch.Generator().manual_seed(seed)
+        n = x_train.shape[0]
+        batch = min(int(batch_size), n)
+        n_batches = max(1, n // batch)
+        total = n_batches * int(epochs)
+        warmup = n_batches
+        loss_fn = torch.nn.BCEWithLogitsLoss()
+        step, final_loss = 0, None
+        backbone.train()
+        head.train()
+        for _epoch in tqdm(range(int(epochs)), desc=f"fine-tune {spec}", unit="epoch", disable=not show, leave=False):
+            order = torch.randperm(n, generator=gen)
+            losses = []
+            for b in range(n_batches):
+                idx = order[b * batch:(b + 1) * batch]
+                lr_now = float(lr) * ((step + 1) / warmup if step < warmup else
+                                      0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup))))
+                for group in opt.param_groups:
+                    group["lr"] = lr_now * group["lr_mult"]
+                loss = loss_fn(logits(x_train[idx]), t_train[idx])
+                if not torch.isfinite(loss):
+                    raise ModelError(f"fine-tuning {spec} diverged (loss {float(loss)} at step {step}); lower lr")
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                step += 1
+                losses.append(float(loss.detach()))
+            final_loss = float(np.mean(losses))
+        backbone.eval()
+        head.eval()
+        with torch.inference_mode():
+            probs = torch.cat([torch.sigmoid(logits(x_all[i:i + 256])) for i in range(0, x_all.shape[0], 256)])
+    probs_np = probs.double().numpy()
+    seconds = time.perf_counter() - t0
+    frame = _result(probs_np, hit=False, seconds=seconds, final_loss=final_loss)
+    atomic_write_text(out_path, frame.to_csv(index=False, float_format="%.17g"))
+    atomic_write_json(card_path, {"key": key, "spec": spec, "hparams": hparams, "seconds": seconds,
+                                  "final_loss": final_loss, "encoder_fingerprint": encoder.fingerprint()})
+    return frame

@@ -1,0 +1,572 @@
+"""Protocol sensitivity: one headline number, many evaluation choices.
+
+Study 2 (Kermany pediatric chest radiographs) shows that a reported score
+depends on choices that papers rarely report: which backbone (eight
+pretrained backbones differed by only 0.026 AUROC), frozen or fine-tuned
+(0.044 AUROC), which decision threshold (0.090 balanced accuracy), where the
+threshold and the calibration were fitted. This module turns those choices
+into a grid and measures, on one run, how much each one moves the headline
+number.
+
+The grid's input is one tidy table of predictions, one row per (backbone,
+training policy, seed, image), with the image's ``split`` (``train``,
+``val``, ``test``), ``patient_id``, ``y_true`` and ``prob``. Frozen
+predictions come from :func:`linear_probe` on cached embeddings, fine-tuned
+ones from :func:`crslib.zoo.finetune_classifier`; :func:`protocol_grid`
+fits every threshold rule on the validation rows, scores every metric on the
+test rows with a patient-grouped bootstrap CI, and :func:`effect_summary`
+averages, for each factor, the absolute change of the headline number when
+only that factor changes.
+
+Everything here is pure: DataFrames and arrays in, DataFrames out.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crslib.errors import DataError, InputError
+from crslib.metrics import METRICS, THRESHOLD_RULES, check_binary, fit_threshold, metric_score
+from crslib.stats import grouped_partition, resample_indices
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "POLICIES",
+    "PREDICTION_COLUMNS",
+    "PAPER_EFFECTS",
+    "protocol_splits",
+    "linear_probe",
+    "protocol_grid",
+    "effect_summary",
+    "headline_table",
+    "repeated_partitions",
+]
+
+#: Training policies compared by the grid.
+POLICIES = ("frozen", "finetuned")
+
+#: Columns a predictions table needs.
+PREDICTION_COLUMNS = ("backbone", "policy", "seed", "image_id", "patient_id", "split", "y_true", "prob")
+
+#: The study's measured effects (Kermany), quoted as the paper's.
+PAPER_EFFECTS: dict[str, dict[str, Any]] = {
+    "backbone": {"metric": "auroc", "value": 0.026,
+                 "text": "eight pretrained backbones differ by 0.026 AUROC"},
+    "policy": {"metric": "auroc", "value": 0.044,
+               "text": "frozen vs fine-tuned moves AUROC by 0.044"},
+    "rule": {"metric": "balanced_accuracy", "value": 0.090,
+             "text": "the decision threshold moves balanced accuracy by 0.090"},
+    "seed": {"metric": "auroc", "value": None, "text": "not reported as a single number"},
+}
+
+#: The headline metric of each factor (as in the paper's comparison).
+HEADLINE_METRIC = {"backbone": "auroc", "policy": "auroc", "rule": "balanced_accuracy", "seed": "auroc"}
+
+
+# --------------------------------------------------------------------------- splits
+
+
+def protocol_splits(
+    split: Any,
+    groups: Any,
+    labels: Any,
+    *,
+    min_validation: int = 50,
+    validation_fraction: float = 0.15,
+    train: str = "train",
+    validation: str = "val",
+    test: str = "test",
+    random_state: int = 0,
+) -> tuple[np.ndarray, str]:
+    """The train / validation / test assignment the protocol evaluates on.
+
+    The official test split is kept as it is. The official validation split
+    is used when it holds at least ``min_validation`` images of both classes;
+    otherwise (Kermany's official ``val`` holds 16 images) a validation
+    partition of ``validation_fraction`` of the training pool's *patients*
+    is carved out (patient-grouped, so no child is in both), and the official
+    validation images join the training rows.
+
+    Parameters
+    ----------
+    split : array-like of str
+        The manifest's ``split`` column.
+    groups : array-like
+        Patient id per row.
+    labels : array-like of 0/1
+        The label per row (used to check both classes are present).
+    min_validation : int
+        Smallest official validation split that is used as it is.
+    validation_fraction : float
+        Share of the pool's patients carved out when it is not.
+    train, validation, test : str
+        Split names.
+    random_state : int
+        Seed of the carve-out.
+
+    Returns
+    -------
+    assignment : ndarray of str
+        ``"train"``, ``"val"`` or ``"test"`` per row.
+    provenance : str
+        One sentence saying where each partition came from.
+
+    Raises
+    ------
+    DataError
+        No rows in the official test split, or a partition with one class.
+
+    Examples
+    --------
+    >>> split = ["train"] * 8 + ["test"] * 4
+    >>> a, how = protocol_splits(split, range(12), [0, 1] * 6, min_validation=1)
+    >>> sorted(set(a.tolist())), "carved" in how
+    (['test', 'train', 'val'], True)
+    """
+    split = np.asarray(split).astype(str)
+    groups = np.asarray(groups)
+    labels = np.asarray(labels)
+    if not (split.shape == groups.shape == labels.shape):
+        raise InputError(f"split, groups and labels must have one entry per row, got {split.size}, {groups.size}, {labels.size}")
+    if not (0.0 < validation_fraction < 1.0):
+        raise InputError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
+    is_test = split == test
+    if not is_test.any():
+        raise DataError(
+            f"no rows with split == {test!r}: the protocol evaluates on the official test split; "
+            "add a split column with train/val/test values (patients must not cross splits)"
+        )
+    is_val = split == validation
+    val_ok = is_val.sum() >= min_validation and len(np.unique(labels[is_val])) == 2
+    assignment = np.where(is_test, "test", "train").astype(object)
+    n_official_val = int(is_val.sum())
+    if val_ok:
+        assignment[is_val] = "val"
+        provenance = (f"official test split ({int(is_test.sum())} images); official validation split "
+                      f"({n_official_val} images); training pool ({int((assignment == 'train').sum())} images)")
+    else:
+        pool = np.flatnonzero(~is_test)
+        # stratified by each patient's first label, so that both classes reach the validation part
+        first_label = pd.Series(labels[pool]).groupby(groups[pool]).transform("first").to_numpy()
+        val_part = []
+        for value in np.unique(first_label):
+            members = pool[first_label == value]
+            if len(np.unique(groups[members])) < 2:
+                continue
+            _, part = grouped_partition(groups[members], (1.0 - validation_fraction, validation_fraction),
+                                        random_state=random_state)
+            val_part += members[part].tolist()
+        assignment[val_part] = "val"
+        train_part = np.flatnonzero(assignment == "train")
+        provenance = (f"official test split ({int(is_test.sum())} images); validation carved from the training pool "
+                      f"by patient ({len(val_part)} images, {validation_fraction:.0%} of the pool's patients, seed "
+                      f"{random_state}) because the official validation split has {n_official_val} images; "
+                      f"training rows: the rest of the pool ({len(train_part)} images)")
+    for name in ("train", "val", "test"):
+        present = np.unique(labels[assignment == name])
+        if len(present) < 2:
+            raise DataError(
+                f"the {name} partition holds a single class ({present.tolist()}); the protocol needs both classes "
+                "in train, validation and test"
+            )
+    return assignment.astype(str), provenance
+
+
+# --------------------------------------------------------------------------- frozen policy
+
+
+def linear_probe(
+    X: Any,
+    y: Any,
+    split: Any,
+    *,
+    groups: Any = None,
+    Cs: Sequence[float] = (0.01, 0.1, 1.0, 10.0),
+    n_splits: int = 5,
+    train: str = "train",
+    random_state: int = 0,
+) -> tuple[np.ndarray, float]:
+    """The frozen policy: a logistic-regression probe on fixed embeddings.
+
+    Standardisation and the probe are fitted on the ``train`` rows only; the
+    inverse regularisation ``C`` is chosen from ``Cs`` by patient-grouped
+    cross-validated AUROC inside the training rows (never on validation or
+    test rows).
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+        Embeddings of every row.
+    y : array-like of 0/1
+        Labels (only the training rows' are read).
+    split : array-like of str
+        Partition per row.
+    groups : array-like, optional
+        Patient id per row for the grouped inner CV (default: rows).
+    Cs : sequence of float
+        Candidate ``C`` values.
+    n_splits : int
+        Inner CV folds.
+    train : str
+        The training partition's name.
+    random_state : int
+        Seed of the fold assignment.
+
+    Returns
+    -------
+    prob : ndarray of shape (n_samples,)
+        Predicted probability of the positive class for every row.
+    C : float
+        The chosen ``C``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.tile([0, 1], 50)
+    >>> X = rng.normal(size=(100, 3)) + y[:, None]
+    >>> prob, C = linear_probe(X, y, ["train"] * 80 + ["test"] * 20)
+    >>> prob.shape, bool(0 < prob.min() < prob.max() < 1)
+    ((100,), True)
+    """
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedGroupKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    X = np.asarray(X, dtype=np.float64)
+    split = np.asarray(split).astype(str)
+    if X.ndim != 2 or X.shape[0] != split.size:
+        raise InputError(f"X must be (n_samples, n_features) with one row per split entry, got {X.shape} and {split.size}")
+    if not np.isfinite(X).all():
+        raise InputError(f"X holds {int((~np.isfinite(X)).sum())} NaN or infinite values; the embeddings are broken")
+    tr = split == train
+    y_tr, _ = check_binary(np.asarray(y)[tr], np.full(int(tr.sum()), 0.5), name="labels of the training rows")
+    g = np.arange(X.shape[0]) if groups is None else np.asarray(groups)
+    g_tr = g[tr]
+
+    def model(C: float):
+        return make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=5000))
+
+    folds = min(n_splits, int(np.bincount(y_tr).min()), len(np.unique(g_tr)))
+    best_C = float(Cs[0])
+    if len(Cs) > 1 and folds >= 2:
+        cv = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=random_state)
+        scores = []
+        for C in Cs:
+            oof = np.zeros(y_tr.size)
+            for fit_idx, val_idx in cv.split(X[tr], y_tr, g_tr):
+                oof[val_idx] = model(C).fit(X[tr][fit_idx], y_tr[fit_idx]).predict_proba(X[tr][val_idx])[:, 1]
+            scores.append(metric_score("auroc", y_tr, oof))
+        best_C = float(Cs[int(np.nanargmax(scores))])
+    fitted = model(best_C).fit(X[tr], y_tr)
+    return fitted.predict_proba(X)[:, 1], best_C
+
+
+# --------------------------------------------------------------------------- grid
+
+
+def _check_predictions(predictions: pd.DataFrame) -> pd.DataFrame:
+    if not isinstance(predictions, pd.DataFrame):
+        raise InputError(f"predictions must be a DataFrame with columns {', '.join(PREDICTION_COLUMNS)}")
+    missing = [c for c in PREDICTION_COLUMNS if c not in predictions.columns]
+    if missing:
+        raise InputError(f"predictions lack column(s) {', '.join(missing)}; need {', '.join(PREDICTION_COLUMNS)}")
+    bad_policy = sorted(set(predictions["policy"].astype(str)) - set(POLICIES))
+    if bad_policy:
+        raise InputError(f"unknown training policy {bad_policy}; use {', '.join(POLICIES)}")
+    check_binary(predictions["y_true"].to_numpy(), predictions["prob"].to_numpy(), require_both=False)
+    return predictions
+
+
+def protocol_grid(
+    predictions: pd.DataFrame,
+    *,
+    rules: Sequence[str] = THRESHOLD_RULES,
+    metrics: Sequence[str] = METRICS,
+    fit_on: str = "val",
+    evaluate_on: str = "test",
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    random_state: int = 0,
+) -> pd.DataFrame:
+    """Every (backbone, policy, seed, threshold rule, metric) cell with a CI.
+
+    For each model (backbone x policy x seed) every threshold rule is fitted
+    on the ``fit_on`` rows (``prevalence`` matches the training rows'
+    prevalence) and every metric is computed on the ``evaluate_on`` rows.
+    CIs are percentile intervals of a patient-grouped bootstrap of the test
+    rows; the same resamples are used for every rule and metric of one
+    model, so differences between rules are paired. Threshold-free metrics
+    (AUROC, AUPRC) are the same for every rule and repeated on each rule's
+    rows so that the table stays tidy.
+
+    Parameters
+    ----------
+    predictions : DataFrame
+        Columns :data:`PREDICTION_COLUMNS`.
+    rules : sequence of str
+        Threshold rules (:data:`crslib.metrics.THRESHOLD_RULES`).
+    metrics : sequence of str
+        Metrics (:data:`crslib.metrics.METRICS`).
+    fit_on, evaluate_on : str
+        Partitions the thresholds are fitted on and the metrics computed on.
+    n_resamples : int
+        Bootstrap resamples per model.
+    confidence : float
+        CI level.
+    random_state : int
+        Seed of the bootstrap.
+
+    Returns
+    -------
+    DataFrame
+        Columns ``backbone``, ``policy``, ``seed``, ``rule``, ``threshold``,
+        ``metric``, ``value``, ``low``, ``high``, ``n_test``,
+        ``fit_value`` (the metric on the rows the threshold was fitted on).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.tile([0, 1], 100)
+    >>> p = np.clip(0.5 + 0.3 * (y - 0.5) + rng.normal(0, 0.2, 200), 0, 1)
+    >>> preds = pd.DataFrame({"backbone": "b", "policy": "frozen", "seed": 0, "image_id": range(200),
+    ...                       "patient_id": range(200), "split": ["train"] * 100 + ["val"] * 50 + ["test"] * 50,
+    ...                       "y_true": y, "prob": p})
+    >>> grid = protocol_grid(preds, rules=["fixed_0.5"], metrics=["auroc"], n_resamples=50)
+    >>> grid[["rule", "metric"]].values.tolist()
+    [['fixed_0.5', 'auroc']]
+    """
+    predictions = _check_predictions(predictions)
+    unknown_rules = [r for r in rules if r not in THRESHOLD_RULES]
+    if unknown_rules:
+        raise InputError(f"unknown threshold rule(s) {unknown_rules}; use {', '.join(THRESHOLD_RULES)}")
+    unknown_metrics = [m for m in metrics if m not in METRICS]
+    if unknown_metrics:
+        raise InputError(f"unknown metric(s) {unknown_metrics}; use {', '.join(METRICS)}")
+    alpha = (1.0 - confidence) / 2.0
+    rows: list[dict[str, Any]] = []
+    for (backbone, policy, seed), model in predictions.groupby(["backbone", "policy", "seed"], sort=True):
+        splits = model["split"].astype(str).to_numpy()
+        y = model["y_true"].to_numpy().astype(int)
+        p = model["prob"].to_numpy(dtype=float)
+        fit, ev, tr = splits == fit_on, splits == evaluate_on, splits == "train"
+        where = f"{backbone} / {policy} / seed {seed}"
+        for mask, name in ((fit, fit_on), (ev, evaluate_on)):
+            check_binary(y[mask], p[mask], name=f"probabilities of {where} on {name!r}")
+        prevalence = float(y[tr].mean()) if tr.any() else float(y[fit].mean())
+        y_ev, p_ev = y[ev], p[ev]
+        g_ev = model["patient_id"].to_numpy()[ev]
+        draws = list(resample_indices(int(ev.sum()), n_resamples=n_resamples, groups=g_ev,
+                                      strata=None, random_state=random_state))
+        free = {m: np.array([metric_score(m, y_ev[i], p_ev[i]) for i in draws])
+                for m in metrics if m in ("auroc", "auprc")}
+        for rule in rules:
+            t = fit_threshold(y[fit], p[fit], rule=rule, prevalence=prevalence)
+            for metric in metrics:
+                if metric in free:
+                    samples = free[metric]
+                else:
+                    samples = np.array([metric_score(metric, y_ev[i], p_ev[i], threshold=t) for i in draws])
+                with np.errstate(all="ignore"):
+                    low, high = (np.nanpercentile(samples, [100 * alpha, 100 * (1 - alpha)])
+                                 if np.isfinite(samples).any() else (np.nan, np.nan))
+                rows.append({
+                    "backbone": backbone, "policy": policy, "seed": seed, "rule": rule, "threshold": t,
+                    "metric": metric, "value": metric_score(metric, y_ev, p_ev, threshold=t),
+                    "low": float(low), "high": float(high), "n_test": int(ev.sum()),
+                    "fit_value": metric_score(metric, y[fit], p[fit], threshold=t),
+                })
+    return pd.DataFrame(rows)
+
+
+def effect_summary(
+    grid: pd.DataFrame,
+    *,
+    factors: Sequence[str] = ("backbone", "policy", "rule", "seed"),
+    headline: Mapping[str, str] | None = None,
+) -> pd.DataFrame:
+    """How much the headline number moves when only one factor changes.
+
+    For a factor (say ``policy``) the grid's cells are grouped by every
+    *other* factor; within a group, every pair of levels of the factor
+    (frozen vs fine-tuned for one backbone, seed and rule) gives one absolute
+    difference of the headline metric. ``mean_abs_change`` averages them
+    over all groups and pairs; ``mean_range`` averages each group's
+    max - min. Groups with a single level (an ONNX backbone has no
+    fine-tuned cells) contribute nothing.
+
+    Parameters
+    ----------
+    grid : DataFrame
+        From :func:`protocol_grid`.
+    factors : sequence of str
+        Factors to summarise.
+    headline : mapping, optional
+        Factor -> metric; default :data:`HEADLINE_METRIC` (AUROC for
+        backbone, policy and seed; balanced accuracy for the threshold rule,
+        which cannot move AUROC), as in the paper's comparison.
+
+    Returns
+    -------
+    DataFrame
+        ``factor``, ``metric``, ``mean_abs_change``, ``mean_range``,
+        ``max_abs_change``, ``n_pairs``, ``n_levels``, ``paper_value``,
+        ``paper_text`` (the paper's effect, quoted as the paper's).
+
+    Examples
+    --------
+    >>> grid = pd.DataFrame({"backbone": ["a", "a", "b", "b"], "policy": ["frozen", "finetuned"] * 2,
+    ...                      "seed": 0, "rule": "youden", "metric": "auroc", "value": [0.8, 0.9, 0.7, 0.7]})
+    >>> effect_summary(grid, factors=["policy"])["mean_abs_change"].round(3).tolist()
+    [0.05]
+    """
+    headline = dict(HEADLINE_METRIC if headline is None else headline)
+    keys = ["backbone", "policy", "seed", "rule"]
+    missing = [c for c in keys + ["metric", "value"] if c not in grid.columns]
+    if missing:
+        raise InputError(f"grid lacks column(s) {', '.join(missing)}; pass the output of protocol_grid")
+    rows = []
+    for factor in factors:
+        if factor not in keys:
+            raise InputError(f"unknown factor {factor!r}; use {', '.join(keys)}")
+        metric = headline.get(factor, "auroc")
+        cells = grid[grid["metric"] == metric]
+        others = [k for k in keys if k != factor]
+        diffs, ranges = [], []
+        for _, group in cells.groupby(others, sort=True):
+            values = group.drop_duplicates(factor)["value"].to_numpy(dtype=float)
+            values = values[np.isfinite(values)]
+            if values.size < 2:
+                continue
+            diffs += [abs(a - b) for a, b in combinations(values, 2)]
+            ranges.append(values.max() - values.min())
+        paper = PAPER_EFFECTS.get(factor, {})
+        rows.append({
+            "factor": factor, "metric": metric,
+            "mean_abs_change": float(np.mean(diffs)) if diffs else np.nan,
+            "mean_range": float(np.mean(ranges)) if ranges else np.nan,
+            "max_abs_change": float(np.max(diffs)) if diffs else np.nan,
+            "n_pairs": len(diffs), "n_levels": int(cells[factor].nunique()),
+            "paper_value": paper.get("value") if paper.get("metric") == metric else None,
+            "paper_text": paper.get("text", ""),
+        })
+    return pd.DataFrame(rows)
+
+
+def headline_table(grid: pd.DataFrame, *, rule: str = "youden", metrics: Sequence[str] = METRICS) -> pd.DataFrame:
+    """One row per (backbone, policy), metrics as columns, averaged over seeds.
+
+    Parameters
+    ----------
+    grid : DataFrame
+        From :func:`protocol_grid`.
+    rule : str
+        The threshold rule whose cells are shown.
+    metrics : sequence of str
+        Metric columns, in order.
+
+    Returns
+    -------
+    DataFrame
+        Indexed by ``backbone`` and ``policy``; values ``"0.912 [0.88, 0.94]"``
+        strings are left to the caller: this returns the numbers, with
+        ``<metric>_low``/``<metric>_high`` columns (seed means).
+
+    Examples
+    --------
+    >>> grid = pd.DataFrame({"backbone": "a", "policy": "frozen", "seed": [0, 1], "rule": "youden",
+    ...                      "metric": "auroc", "value": [0.8, 0.9], "low": 0.7, "high": 1.0})
+    >>> headline_table(grid, metrics=["auroc"])["auroc"].round(2).tolist()
+    [0.85]
+    """
+    cells = grid[(grid["rule"] == rule) & grid["metric"].isin(list(metrics))]
+    if cells.empty:
+        raise InputError(f"the grid has no cells for rule {rule!r} and metrics {list(metrics)}")
+    mean = cells.groupby(["backbone", "policy", "metric"])[["value", "low", "high"]].mean().unstack("metric")
+    out = pd.DataFrame(index=mean.index)
+    for m in metrics:
+        if ("value", m) in mean.columns:
+            out[m] = mean[("value", m)]
+            out[f"{m}_low"] = mean[("low", m)]
+            out[f"{m}_high"] = mean[("high", m)]
+    return out
+
+
+# --------------------------------------------------------------------------- split-level uncertainty
+
+
+def repeated_partitions(
+    X: Any,
+    y: Any,
+    groups: Any,
+    *,
+    n_partitions: int = 5,
+    test_fraction: float = 0.2,
+    rule: str = "youden",
+    validation_fraction: float = 0.15,
+    random_state: int = 0,
+) -> pd.DataFrame:
+    """Split-level uncertainty: the frozen probe on repeated patient-grouped partitions.
+
+    Each partition draws new train / validation / test patients from the
+    rows given (the official split is ignored), fits :func:`linear_probe`
+    (with a fixed ``C = 1`` to keep it cheap), fits the threshold ``rule`` on
+    validation and scores the test rows. The spread across partitions is the
+    uncertainty that one fixed split hides.
+
+    Parameters
+    ----------
+    X : array-like of shape (n_samples, n_features)
+    y : array-like of 0/1
+    groups : array-like
+        Patient id per row.
+    n_partitions : int
+        Number of partitions (at least 2).
+    test_fraction, validation_fraction : float
+        Shares of patients.
+    rule : str
+        Threshold rule fitted on validation.
+    random_state : int
+        Seed of the first partition (partition ``i`` uses ``random_state + i``).
+
+    Returns
+    -------
+    DataFrame
+        ``partition``, ``auroc``, ``balanced_accuracy``, ``n_test``.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.tile([0, 1], 100)
+    >>> X = rng.normal(size=(200, 2)) + y[:, None]
+    >>> repeated_partitions(X, y, np.arange(200), n_partitions=3).shape
+    (3, 4)
+    """
+    if isinstance(n_partitions, bool) or int(n_partitions) < 2:
+        raise InputError(f"n_partitions must be at least 2, got {n_partitions!r}")
+    X = np.asarray(X, dtype=np.float64)
+    y = np.asarray(y).astype(int)
+    groups = np.asarray(groups)
+    rows = []
+    for i in range(int(n_partitions)):
+        fractions = (1.0 - test_fraction - validation_fraction, validation_fraction, test_fraction)
+        tr, va, te = grouped_partition(groups, fractions, random_state=random_state + i)
+        split = np.empty(y.size, dtype=object)
+        split[tr], split[va], split[te] = "train", "val", "test"
+        if any(len(np.unique(y[idx])) < 2 for idx in (tr, va, te)):
+            raise DataError(
+                f"partition {i} has a single class in one part; use more patients or a smaller n_partitions"
+            )
+        prob, _ = linear_probe(X, y, split.astype(str), groups=groups, Cs=(1.0,))
+        t = fit_threshold(y[va], prob[va], rule=rule, prevalence=float(y[tr].mean()))
+        rows.append({"partition": i, "auroc": metric_score("auroc", y[te], prob[te]),
+                     "balanced_accuracy": metric_score("balanced_accuracy", y[te], prob[te], threshold=t),
+                     "n_test": len(te)})
+    return pd.DataFrame(rows)

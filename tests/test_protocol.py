@@ -1,0 +1,216 @@
+"""crslib.protocol (grid, effects, splits, probe) and zoo.finetune_classifier."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crslib import metrics, protocol
+from crslib.errors import CRSError, DataError, InputError, ModelError
+
+
+def _predictions(rng, *, n_patients=300, backbones=("a", "b"), policy_gain=1.5, seeds=(0,)):
+    """Synthetic predictions where fine-tuning adds `policy_gain` logit units of signal
+    and the backbones differ by little."""
+    patients = np.arange(n_patients)
+    y_pat = rng.integers(0, 2, n_patients)
+    split_pat = rng.choice(["train", "val", "test"], size=n_patients, p=[0.6, 0.2, 0.2])
+    rows = []
+    noise = rng.normal(size=n_patients)
+    for b_i, backbone in enumerate(backbones):
+        for policy in protocol.POLICIES:
+            for seed in seeds:
+                strength = 1.0 + 0.05 * b_i + (policy_gain if policy == "finetuned" else 0.0)
+                extra = np.random.default_rng(seed + 10 * b_i).normal(scale=0.1, size=n_patients)
+                logit = strength * (y_pat - 0.5) * 2 + noise + extra - 1.0  # shifted: 0.5 is a poor threshold
+                rows.append(pd.DataFrame({
+                    "backbone": backbone, "policy": policy, "seed": seed, "image_id": patients.astype(str),
+                    "patient_id": patients, "split": split_pat, "y_true": y_pat,
+                    "prob": 1 / (1 + np.exp(-logit)),
+                }))
+    return pd.concat(rows, ignore_index=True)
+
+
+def test_grid_values_equal_metrics_at_validation_fitted_thresholds():
+    preds = _predictions(np.random.default_rng(0))
+    grid = protocol.protocol_grid(preds, n_resamples=100)
+    assert set(grid["rule"]) == set(metrics.THRESHOLD_RULES)
+    assert set(grid["metric"]) == set(metrics.METRICS)
+    assert len(grid) == 2 * 2 * 1 * len(metrics.THRESHOLD_RULES) * len(metrics.METRICS)
+    model = preds[(preds.backbone == "a") & (preds.policy == "frozen")]
+    val, test = model[model.split == "val"], model[model.split == "test"]
+    t = metrics.fit_threshold(val.y_true, val.prob, rule="youden")
+    cell = grid[(grid.backbone == "a") & (grid.policy == "frozen") & (grid.rule == "youden")]
+    ba = cell.set_index("metric").loc["balanced_accuracy"]
+    assert ba["threshold"] == pytest.approx(t)
+    assert ba["value"] == pytest.approx(metrics.metric_score("balanced_accuracy", test.y_true, test.prob, threshold=t))
+    assert ba["fit_value"] == pytest.approx(metrics.metric_score("balanced_accuracy", val.y_true, val.prob, threshold=t))
+    assert (grid["low"] <= grid["value"] + 1e-12).all() and (grid["value"] <= grid["high"] + 1e-12).all()
+    # AUROC does not depend on the rule
+    auc = grid[(grid.backbone == "a") & (grid.policy == "frozen") & (grid.metric == "auroc")]["value"]
+    assert auc.nunique() == 1
+
+
+def test_thresholds_never_read_test_labels():
+    preds = _predictions(np.random.default_rng(1))
+    poisoned = preds.copy()
+    test = poisoned["split"] == "test"
+    poisoned.loc[test, "y_true"] = 1 - poisoned.loc[test, "y_true"]
+    a = protocol.protocol_grid(preds, n_resamples=20)
+    b = protocol.protocol_grid(poisoned, n_resamples=20)
+    assert np.allclose(a["threshold"], b["threshold"])
+    assert not np.allclose(a["value"], b["value"])
+
+
+def test_effect_summary_finds_the_injected_policy_effect_and_not_a_backbone_one():
+    preds = _predictions(np.random.default_rng(2), backbones=("a", "b", "c"), policy_gain=2.0)
+    effects = protocol.effect_summary(protocol.protocol_grid(preds, n_resamples=20)).set_index("factor")
+    assert effects.loc["policy", "metric"] == "auroc"
+    assert effects.loc["rule", "metric"] == "balanced_accuracy"
+    assert effects.loc["policy", "mean_abs_change"] > 0.05
+    assert effects.loc["backbone", "mean_abs_change"] < 0.03
+    assert effects.loc["policy", "mean_abs_change"] > 4 * effects.loc["backbone", "mean_abs_change"]
+    # the shifted logits make 0.5 a poor threshold: the rule matters for balanced accuracy
+    assert effects.loc["rule", "mean_abs_change"] > 0.02
+    assert effects.loc["policy", "paper_value"] == pytest.approx(0.044)
+    assert effects.loc["rule", "paper_value"] == pytest.approx(0.090)
+    # one seed only: no pair, no invented effect
+    assert effects.loc["seed", "n_pairs"] == 0 and np.isnan(effects.loc["seed", "mean_abs_change"])
+
+
+def test_effect_summary_known_answer():
+    grid = pd.DataFrame({
+        "backbone": ["a", "a", "b", "b", "c"], "policy": ["frozen", "finetuned", "frozen", "finetuned", "frozen"],
+        "seed": 0, "rule": "youden", "metric": "auroc", "value": [0.80, 0.90, 0.70, 0.76, 0.60],
+    })
+    out = protocol.effect_summary(grid, factors=["policy", "backbone"]).set_index("factor")
+    # c has no fine-tuned cell and contributes nothing to the policy effect
+    assert out.loc["policy", "mean_abs_change"] == pytest.approx((0.10 + 0.06) / 2)
+    assert out.loc["policy", "n_pairs"] == 2
+    # frozen: |0.8-0.7|, |0.8-0.6|, |0.7-0.6|; finetuned: |0.9-0.76|
+    assert out.loc["backbone", "mean_abs_change"] == pytest.approx((0.1 + 0.2 + 0.1 + 0.14) / 4)
+    assert out.loc["backbone", "mean_range"] == pytest.approx((0.2 + 0.14) / 2)
+    with pytest.raises(InputError, match="unknown factor"):
+        protocol.effect_summary(grid, factors=["colour"])
+
+
+def test_grid_bad_input_is_a_clear_error():
+    preds = _predictions(np.random.default_rng(3))
+    with pytest.raises(InputError, match="lack column"):
+        protocol.protocol_grid(preds.drop(columns="patient_id"))
+    bad = preds.copy()
+    bad.loc[0, "prob"] = 1.2
+    with pytest.raises(InputError, match=r"\[0, 1\]|outside"):
+        protocol.protocol_grid(bad)
+    bad = preds.copy()
+    bad.loc[3, "y_true"] = np.nan
+    with pytest.raises(InputError, match="missing"):
+        protocol.protocol_grid(bad)
+    one_class = preds.copy()
+    one_class.loc[one_class.split == "val", "y_true"] = 1
+    with pytest.raises(InputError, match="single class|one class|both classes"):
+        protocol.protocol_grid(one_class)
+    with pytest.raises(InputError, match="unknown threshold rule"):
+        protocol.protocol_grid(preds, rules=["magic"])
+    with pytest.raises(InputError, match="unknown training policy"):
+        protocol.protocol_grid(preds.assign(policy="half-frozen"))
+    assert issubclass(InputError, CRSError)
+
+
+def test_protocol_splits_keeps_patients_together_and_says_where_validation_came_from():
+    rng = np.random.default_rng(4)
+    groups = np.repeat(np.arange(200), 2)
+    labels = np.repeat(rng.integers(0, 2, 200), 2)
+    split = np.repeat(rng.choice(["train", "test"], 200, p=[0.8, 0.2]), 2).astype(object)
+    split[np.flatnonzero(split == "train")[:6]] = "val"  # a tiny official val, like Kermany's
+    assignment, how = protocol.protocol_splits(split, groups, labels)
+    assert "carved" in how and "6 images" in how
+    assert (assignment[split == "test"] == "test").all()
+    assert not (assignment[split != "test"] == "test").any()
+    for g in np.unique(groups):
+        assert len(set(assignment[groups == g])) == 1
+    assert 0.10 < (assignment == "val").sum() / (split != "test").sum() < 0.20
+    # a big official val is used as it is
+    split2 = np.repeat(rng.choice(["train", "val", "test"], 200, p=[0.6, 0.2, 0.2]), 2)
+    assignment2, how2 = protocol.protocol_splits(split2, groups, labels)
+    assert "official validation" in how2
+    assert np.array_equal(assignment2, split2)
+    with pytest.raises(DataError, match="no rows with split == 'test'"):
+        protocol.protocol_splits(np.where(split2 == "test", "train", split2), groups, labels)
+    with pytest.raises(DataError, match="single class"):
+        protocol.protocol_splits(split2, groups, np.where(split2 == "test", 1, labels))
+
+
+def test_linear_probe_fits_on_training_rows_only():
+    rng = np.random.default_rng(5)
+    y = rng.integers(0, 2, 300)
+    X = rng.normal(size=(300, 5)) + 1.5 * y[:, None] * np.array([1, 0, 0, 0, 0])
+    split = np.array(["train"] * 200 + ["test"] * 100)
+    prob, C = protocol.linear_probe(X, y, split, groups=np.arange(300))
+    assert C in (0.01, 0.1, 1.0, 10.0)
+    assert metrics.metric_score("auroc", y[200:], prob[200:]) > 0.8
+    X2, y2 = X.copy(), y.copy()
+    X2[200:] = rng.normal(size=(100, 5)) * 100  # change every test row
+    y2[200:] = 1 - y2[200:]
+    prob2, C2 = protocol.linear_probe(X2, y2, split, groups=np.arange(300))
+    assert C2 == C and np.allclose(prob[:200], prob2[:200])
+    with pytest.raises(InputError, match="NaN"):
+        protocol.linear_probe(np.where(np.eye(300, 5) > 0, np.nan, X), y, split)
+    with pytest.raises(InputError, match="single class|one class|both classes"):
+        protocol.linear_probe(X, np.zeros(300), split)
+
+
+def test_repeated_partitions_give_a_spread_on_weak_signal():
+    rng = np.random.default_rng(6)
+    y = rng.integers(0, 2, 400)
+    X = rng.normal(size=(400, 3)) + 0.5 * y[:, None]
+    out = protocol.repeated_partitions(X, y, np.arange(400), n_partitions=4)
+    assert list(out["partition"]) == [0, 1, 2, 3]
+    assert out["auroc"].between(0.55, 0.9).all()
+    assert out["auroc"].std() > 0.005  # different test patients, different numbers
+    with pytest.raises(InputError):
+        protocol.repeated_partitions(X, y, np.arange(400), n_partitions=1)
+
+
+# --------------------------------------------------------------------------- fine-tuning
+
+
+@pytest.fixture(scope="module")
+def tiny_phantom(tmp_path_factory):
+    from crslib.phantom import generate_phantom
+
+    return generate_phantom(tmp_path_factory.mktemp("ph"), n_patients=60, image_size=32, seed=3)
+
+
+def test_finetune_is_deterministic_cached_and_learns(tiny_phantom, tmp_path):
+    from crslib.zoo import finetune_classifier
+
+    m = tiny_phantom
+    a = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, seed=0, batch_size=32, cache_root=tmp_path)
+    assert not a.attrs["cache_hit"]
+    assert list(a["image_id"]) == list(m["image_id"].astype(str))
+    assert a["prob"].between(0, 1).all() and a["prob"].std() > 0
+    b = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, seed=0, batch_size=32, cache_root=tmp_path)
+    assert b.attrs["cache_hit"] and np.array_equal(a["prob"].to_numpy(), b["prob"].to_numpy())
+    c = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, seed=0, batch_size=32,
+                            cache_root=tmp_path / "other")
+    assert np.array_equal(a["prob"].to_numpy(), c["prob"].to_numpy()), "same seed must give the same model"
+    d = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, seed=1, batch_size=32, cache_root=tmp_path)
+    assert not np.array_equal(a["prob"].to_numpy(), d["prob"].to_numpy())
+    # the whole network trains: the training rows are fitted better than by chance
+    train = a[a.split == "train"]
+    assert metrics.metric_score("auroc", train.y_true, train.prob) > 0.7
+
+
+def test_finetune_refuses_onnx_and_bad_labels(tiny_phantom, tmp_path):
+    from crslib.zoo import finetune_classifier, open_nsfw_onnx_path
+
+    onnx = open_nsfw_onnx_path(size=32, cache_root=tmp_path)
+    with pytest.raises(ModelError, match="cannot fine-tune"):
+        finetune_classifier(tiny_phantom, f"onnx:{onnx}#/ReduceMean_output_0?size=32", epochs=1, cache_root=tmp_path)
+    with pytest.raises(DataError, match="no 'nolabel' column"):
+        finetune_classifier(tiny_phantom, "timm:resnet18?size=32", label="nolabel", cache_root=tmp_path)
+    one = tiny_phantom.assign(label=1)
+    with pytest.raises(DataError, match="both classes"):
+        finetune_classifier(one, "timm:resnet18?size=32", epochs=1, cache_root=tmp_path)
