@@ -651,3 +651,168 @@ def test_summarize_manifest_and_select_examples():
     assert (pos.loc[pos["group"] == "finding_nodule", "image_id"] == "f").all()
     with pytest.raises(DataError, match="'site'"):
         D.select_examples(m, by="site")
+
+
+# --------------------------------------------------------------------------- file_properties
+
+
+@pytest.mark.parametrize("kermany", [False, True])
+def test_file_properties_recover_the_phantom_encodings(tmp_path, kermany):
+    from crslib.phantom import generate_phantom
+
+    m = generate_phantom(tmp_path, n_patients=60, image_size=32, seed=2, shortcut_strength=0.5,
+                         kermany_layout=kermany)
+    m.index = m.index + 100  # the result keeps the manifest's index
+    props = D.file_properties(m)
+    lat = pd.read_csv(tmp_path / "latents.csv")
+    assert list(props.columns) == list(D.FILE_PROPERTY_COLUMNS)
+    assert props.index.equals(m.index) and props["image_id"].tolist() == m["image_id"].tolist()
+    assert props["readable"].all()
+    assert props["width"].tolist() == lat["file_width"].astype(float).tolist()
+    assert props["height"].tolist() == lat["file_height"].astype(float).tolist()
+    assert props["file_size"].tolist() == lat["file_bytes"].astype(float).tolist()
+    assert np.allclose(props["bytes_per_pixel"], props["file_size"] / (props["width"] * props["height"]))
+    expected_format = lat["file_format"].map({"png8": "PNG", "png16": "PNG", "jpeg": "JPEG"})
+    assert props["format"].tolist() == expected_format.tolist()
+    jpeg = (lat["file_format"] == "jpeg").to_numpy()
+    # every phantom JPEG is written by Pillow's libjpeg, so the estimate is exact
+    assert (props.loc[jpeg, "jpeg_quality"].to_numpy() == lat.loc[jpeg, "jpeg_quality"].to_numpy()).all()
+    assert props.loc[~jpeg, "jpeg_quality"].isna().all()
+    assert props.loc[jpeg, "jpeg_progressive"].tolist() == lat.loc[jpeg, "jpeg_progressive"].astype(bool).tolist()
+    rgb = jpeg & (lat["color_mode"] == "RGB").to_numpy()
+    names = {0: "4:4:4", 1: "4:2:2", 2: "4:2:0"}
+    assert props.loc[rgb, "jpeg_subsampling"].tolist() == lat.loc[rgb, "jpeg_subsampling"].map(names).tolist()
+    assert props.loc[jpeg & ~rgb, "jpeg_subsampling"].isna().all()
+    assert props.loc[jpeg, "mode"].tolist() == lat.loc[jpeg, "color_mode"].tolist()
+    assert props.loc[jpeg, "n_channels"].tolist() == lat.loc[jpeg, "color_mode"].map({"L": 1.0, "RGB": 3.0}).tolist()
+    assert props.loc[jpeg, "has_comment"].tolist() == [bool(e) for e in lat.loc[jpeg, "encoding"].map(
+        lambda name: name in ("site2", "site3") if kermany else name == "site3")]
+    if not kermany:
+        png16 = (lat["file_format"] == "png16").to_numpy()
+        png8 = (lat["file_format"] == "png8").to_numpy()
+        assert (props.loc[png16, "bit_depth"] == 16).all() and (props.loc[png8, "bit_depth"] == 8).all()
+        site0 = (lat["encoding"] == "site0").to_numpy()  # tEXt chunks Software and Source
+        assert (props.loc[site0, "png_chunks"] == "tEXt").all()
+        assert (props.loc[site0, "png_text_keys"] == "Software|Source").all()
+        site1 = (lat["encoding"] == "site1").to_numpy()  # pHYs at 150 dpi
+        assert props.loc[site1, "has_dpi"].all() and (props.loc[site1, "png_chunks"] == "pHYs").all()
+        assert props.loc[jpeg, "png_chunks"].isna().all()
+        site2 = (lat["encoding"] == "site2").to_numpy()
+        assert props.loc[site2, "has_exif"].all() and not props.loc[site2, "has_dpi"].any()
+    assert props["dicom_modality"].isna().all()
+
+
+def test_file_properties_of_dicom_files():
+    ct, mr = _dicom("CT_small.dcm"), _dicom("MR_small.dcm")
+    props = D.file_properties(pd.DataFrame({"image_id": ["ct", "mr"], "path": [ct, mr]}))
+    assert props["format"].tolist() == ["DICOM", "DICOM"]
+    assert props["dicom_modality"].tolist() == ["CT", "MR"]
+    assert props["width"].tolist() == [128.0, 64.0] and props["dicom_rows"].tolist() == [128.0, 64.0]
+    assert props["bit_depth"].tolist() == [16.0, 16.0] and props["dicom_bits_allocated"].tolist() == [16.0, 16.0]
+    assert props["dicom_photometric_interpretation"].tolist() == ["MONOCHROME2", "MONOCHROME2"]
+    assert props["dicom_transfer_syntax"].tolist() == ["1.2.840.10008.1.2.1"] * 2
+    assert props.loc[0, "dicom_manufacturer"] == "GE MEDICAL SYSTEMS"
+    assert props.loc[0, "dicom_pixel_spacing_row"] == pytest.approx(0.661468)
+    assert props["file_size"].tolist() == [float(os.path.getsize(ct)), float(os.path.getsize(mr))]
+    assert props["jpeg_quality"].isna().all() and props["png_chunks"].isna().all()
+    assert props["mode"].isna().all()
+
+
+def test_file_properties_of_compressed_and_color_dicom():
+    j2k, rgb = _dicom("JPEG2000.dcm"), _dicom("SC_rgb.dcm")
+    props = D.file_properties(pd.DataFrame({"path": [j2k, rgb]}))
+    assert props["dicom_transfer_syntax"].tolist() == ["1.2.840.10008.1.2.4.91", "1.2.840.10008.1.2.1"]
+    assert props["n_channels"].tolist() == [1.0, 3.0]
+    assert props["image_id"].tolist() == ["JPEG2000", "SC_rgb"]  # file stems without an image_id column
+
+
+def test_file_properties_of_unusual_files(tmp_path):
+    gray = (np.random.default_rng(0).random((30, 40)) * 255).astype(np.uint8)
+    Image.fromarray(gray).convert("CMYK").save(tmp_path / "cmyk.jpg", quality=60)
+    Image.fromarray(gray.astype(np.uint16) * 257).save(tmp_path / "g16.png")
+    Image.fromarray(gray).convert("P").save(tmp_path / "pal.png", dpi=(72, 72))
+    Image.fromarray(gray).convert("RGB").save(tmp_path / "q35.jpg", quality=35, subsampling=1, progressive=True,
+                                               comment="scanner 4", dpi=(300, 300))
+    Image.fromarray(gray).save(tmp_path / "a.tif")
+    from PIL.PngImagePlugin import PngInfo
+
+    info = PngInfo()
+    info.add_text("Comment", "hello")
+    info.add_itxt("Author", "me", zip=True)
+    Image.fromarray(gray).save(tmp_path / "text.png", pnginfo=info)
+    names = ["cmyk.jpg", "g16.png", "pal.png", "q35.jpg", "a.tif", "text.png"]
+    props = D.file_properties(pd.DataFrame({"image_id": names, "path": [str(tmp_path / n) for n in names]}))
+    p = props.set_index("image_id")
+    assert p.loc["cmyk.jpg", "mode"] == "CMYK" and p.loc["cmyk.jpg", "n_channels"] == 4
+    assert p.loc["cmyk.jpg", "jpeg_quality"] == 60 and pd.isna(p.loc["cmyk.jpg", "jpeg_subsampling"])
+    assert p.loc["g16.png", "bit_depth"] == 16 and p.loc["g16.png", "mode"].startswith("I")
+    assert p.loc["g16.png", "png_chunks"] == ""
+    assert p.loc["pal.png", "mode"] == "P" and p.loc["pal.png", "bit_depth"] == 8
+    assert p.loc["pal.png", "png_chunks"] == "pHYs" and p.loc["pal.png", "has_dpi"]
+    assert p.loc["q35.jpg", "jpeg_quality"] == 35 and p.loc["q35.jpg", "jpeg_subsampling"] == "4:2:2"
+    assert p.loc["q35.jpg", "jpeg_progressive"] and p.loc["q35.jpg", "has_comment"] and p.loc["q35.jpg", "has_dpi"]
+    assert p.loc["a.tif", "format"] == "TIFF" and p.loc["a.tif", "bit_depth"] == 8
+    assert p.loc["text.png", "png_chunks"] == "iTXt|tEXt"
+    assert p.loc["text.png", "png_text_keys"] == "Author|Comment" and p.loc["text.png", "has_comment"]
+    assert p["aspect"].tolist() == [pytest.approx(40 / 30)] * len(names)
+    assert not p.loc[["g16.png", "pal.png", "a.tif"], "has_comment"].any()
+
+
+def test_jpeg_quality_estimate_is_exact_for_libjpeg_tables():
+    rng = np.random.default_rng(1)
+    gray = (rng.random((16, 16)) * 255).astype(np.uint8)
+    for quality in (1, 10, 49, 50, 51, 75, 90, 99, 100):
+        buffer = io.BytesIO()
+        Image.fromarray(gray).save(buffer, format="JPEG", quality=quality)
+        buffer.seek(0)
+        assert D._jpeg_quality(Image.open(buffer).quantization[0]) == quality
+    assert np.isnan(D._jpeg_quality([1, 2, 3]))
+
+
+def test_file_properties_unreadable_files(tmp_path):
+    good = _save_gray(tmp_path / "good.png", 100)
+    (tmp_path / "bad.png").write_bytes(b"not an image at all")
+    (tmp_path / "empty.png").write_bytes(b"")
+    plan = _dicom("rtplan.dcm")
+    paths = [str(good), str(tmp_path / "bad.png"), str(tmp_path / "empty.png"), str(tmp_path / "gone.png"), plan]
+    m = pd.DataFrame({"image_id": ["good", "bad", "empty", "gone", "plan"], "path": paths})
+    with pytest.raises(ImageReadError, match=r"bad\.png.*not an image"):
+        D.file_properties(m)
+    with pytest.raises(ImageReadError, match=r"rtplan\.dcm.*no image"):
+        D.file_properties(m.iloc[[0, 4]])
+    props = D.file_properties(m, on_error="skip")
+    assert props["readable"].tolist() == [True, False, False, False, False]
+    assert props.loc[1:, ["file_size", "width", "format", "jpeg_quality"]].isna().all().all()
+    assert props["image_id"].tolist() == m["image_id"].tolist()
+    skipped = props.attrs["skipped"]
+    assert skipped["path"].tolist() == paths[1:]
+    assert skipped["reason"].str.contains("empty file").any() and skipped["reason"].str.contains("no such file").any()
+
+
+def test_file_properties_bad_arguments():
+    with pytest.raises(DataError, match="no 'path' column"):
+        D.file_properties(pd.DataFrame({"image_id": ["a"]}))
+    with pytest.raises(InputError, match="on_error"):
+        D.file_properties(pd.DataFrame({"path": ["a.png"]}), on_error="ignore")
+    with pytest.raises(DataError, match="DataFrame"):
+        D.file_properties(["a.png"])
+
+
+def test_file_properties_reads_headers_fast(tmp_path):
+    from crslib.phantom import encode_image, site_signatures
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for j, site in enumerate(site_signatures(4)):
+        for k in range(500):
+            path = tmp_path / f"s{j}_{k}.{site.encoding.suffix}"
+            if k < 5:
+                path.write_bytes(encode_image(rng.random((48, 48)), site.encoding))
+            else:  # copies: the files' content does not matter for the speed of header reading
+                shutil.copyfile(tmp_path / f"s{j}_{k % 5}.{site.encoding.suffix}", path)
+            paths.append(str(path))
+    start = time.perf_counter()
+    props = D.file_properties(pd.DataFrame({"path": paths}))
+    elapsed = time.perf_counter() - start
+    assert len(props) == 2000 and props["readable"].all()
+    assert elapsed < 5.0, f"file_properties took {elapsed:.1f} s for 2000 files"

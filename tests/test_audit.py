@@ -1,0 +1,487 @@
+"""Tests of crslib.audit: partition and shortcut classifiers, provenance, report.
+
+The phantom gives the ground truth: ``shortcut_strength`` couples the label
+with the file encoding in the training pool only, ``split_shift`` makes the
+official test split a later acquisition batch. The audit must find injected
+effects and must not invent absent ones.
+
+Null phantoms are generated with the same label prevalence at every site:
+with the default (site-dependent) prevalences a site's file encoding carries
+a little label information by itself, which is a real, if weak, association
+rather than the absence of one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+
+import numpy as np
+import pandas as pd
+import pytest
+from PIL import Image
+
+from crslib import audit as A
+from crslib.data import file_properties, read_image
+from crslib.errors import CRSError, DataError, InputError
+from crslib.phantom import generate_phantom
+
+N_PATIENTS = 200
+SIZE = 40
+N_RESAMPLES = 300
+N_PERMUTATIONS = 29  # smallest attainable p-value 1/30 < 0.05
+
+
+def _equal_prevalence(kermany: bool) -> dict[str, float]:
+    return {f"site{j}": (0.73 if kermany else 0.35) for j in range(4)}
+
+
+def _pixel_embeddings(manifest: pd.DataFrame, side: int = 16) -> np.ndarray:
+    rows = []
+    for path in manifest["path"]:
+        gray = read_image(path).mean(axis=2)
+        rows.append(np.asarray(Image.fromarray(gray).resize((side, side), Image.BILINEAR)).ravel())
+    return np.asarray(rows, dtype=np.float64)
+
+
+PHANTOMS = {
+    "std_shortcut": dict(shortcut_strength=1.0, kermany_layout=False),
+    "kermany_shortcut": dict(shortcut_strength=1.0, kermany_layout=True),
+    "std_null": dict(kermany_layout=False),
+    "kermany_null": dict(kermany_layout=True),
+    "std_shift": dict(split_shift=1.0, kermany_layout=False),
+}
+
+
+@pytest.fixture(scope="module")
+def phantoms(tmp_path_factory):
+    out = {}
+    for name, kwargs in PHANTOMS.items():
+        folder = tmp_path_factory.mktemp(name)
+        manifest = generate_phantom(folder, n_patients=N_PATIENTS, image_size=SIZE, seed=0,
+                                    prevalence=_equal_prevalence(kwargs["kermany_layout"]), **kwargs)
+        props = file_properties(manifest)
+        out[name] = {"manifest": manifest, "props": props, "X": A.property_matrix(props)}
+    return out
+
+
+@pytest.fixture(scope="module")
+def shortcut_results(phantoms):
+    out = {}
+    for name in ("std_shortcut", "kermany_shortcut", "std_null", "kermany_null"):
+        d = phantoms[name]
+        m = d["manifest"]
+        out[name] = A.shortcut_audit(d["X"], m["label"], m["split"], groups=m["patient_id"],
+                                     n_resamples=N_RESAMPLES, n_repeats=3, n_permutations=N_PERMUTATIONS)
+    return out
+
+
+@pytest.fixture(scope="module")
+def partition_results(phantoms):
+    out = {}
+    for name in ("std_shift", "std_null"):
+        m = phantoms[name]["manifest"]
+        emb = _pixel_embeddings(m)
+        out[name] = {
+            "embeddings": A.partition_audit(emb, m["split"], groups=m["patient_id"], labels=m["label"],
+                                            n_resamples=N_RESAMPLES, n_permutations=N_PERMUTATIONS),
+            "properties": A.partition_audit(phantoms[name]["X"], m["split"], groups=m["patient_id"],
+                                            labels=m["label"], n_resamples=N_RESAMPLES,
+                                            n_permutations=N_PERMUTATIONS),
+        }
+    return out
+
+
+def _near_half(row: pd.Series, column: str) -> bool:
+    return bool(row["low"] <= 0.5 <= row["high"] or abs(row[column] - 0.5) < 0.1)
+
+
+# --------------------------------------------------------------------------- injected effects
+
+
+@pytest.mark.parametrize("name", ["std_shortcut", "kermany_shortcut"])
+def test_shortcut_found_in_pool_and_absent_on_test(shortcut_results, name):
+    table = shortcut_results[name].table.set_index("scope")
+    assert table.loc["pool", "balanced_accuracy"] >= 0.9
+    assert table.loc["pool", "low"] >= 0.85
+    assert table.loc["pool", "p_value"] < 0.05
+    assert _near_half(table.loc["test"], "balanced_accuracy"), table
+    assert table.loc["test", "p_value"] >= 0.05
+
+
+@pytest.mark.parametrize("name", ["std_null", "kermany_null"])
+def test_no_shortcut_is_invented(shortcut_results, name):
+    table = shortcut_results[name].table.set_index("scope")
+    assert _near_half(table.loc["pool"], "balanced_accuracy"), table
+    assert _near_half(table.loc["test"], "balanced_accuracy"), table
+    assert (table["p_value"] >= 0.05).all(), table
+
+
+def test_shortcut_properties_predict_label_alone(shortcut_results):
+    imp = shortcut_results["std_shortcut"].importances
+    assert list(imp.columns) == ["feature", "importance_mean", "importance_std", "alone"]
+    alone = imp.set_index("feature")["alone"]
+    # the shortcut encodings differ in container, bit depth and dimensions
+    assert alone["format"] >= 0.95 and alone["bit_depth"] >= 0.95
+    # the null phantom: no property predicts the label by itself
+    null_alone = shortcut_results["std_null"].importances["alone"].dropna()
+    assert null_alone.max() < 0.7
+
+
+def test_partition_finds_split_shift(partition_results):
+    row = partition_results["std_shift"]["embeddings"].table.iloc[0]
+    assert row["scope"] == "all"
+    assert row["low"] > 0.6 and row["p_value"] < 0.05, row
+    # file properties see the shift only through the site mix and content-dependent file sizes
+    row = partition_results["std_shift"]["properties"].table.iloc[0]
+    assert row["low"] > 0.5 and row["p_value"] < 0.05, row
+
+
+def test_partition_null_interval_covers_half(partition_results):
+    for source in ("embeddings", "properties"):
+        row = partition_results["std_null"][source].table.iloc[0]
+        assert row["low"] <= 0.5 <= row["high"], (source, row)
+        assert row["p_value"] >= 0.05, (source, row)
+
+
+def test_partition_per_class_rows(partition_results, phantoms):
+    result = partition_results["std_shift"]["embeddings"]
+    table = result.table
+    assert list(table["scope"]) == ["all", "class=0", "class=1"]
+    assert np.isfinite(table[["auc", "low", "high"]].to_numpy()).all()
+    assert (table["low"] <= table["auc"]).all() and (table["auc"] <= table["high"]).all()
+    m = phantoms["std_shift"]["manifest"]
+    assert table.loc[0, "n_test"] == int((m["split"] == "test").sum())
+    assert table.loc[1:, "n_test"].sum() == table.loc[0, "n_test"]
+    assert table.loc[1:, "n_pool"].sum() == table.loc[0, "n_pool"]
+
+
+def test_no_patient_in_two_folds(partition_results, shortcut_results, phantoms):
+    for result, name in ((partition_results["std_shift"]["embeddings"], "std_shift"),
+                         (shortcut_results["kermany_shortcut"], "kermany_shortcut")):
+        m = phantoms[name]["manifest"]
+        folds = pd.Series(result.folds, index=m.index)
+        used = folds >= 0
+        per_patient = folds[used].groupby(m.loc[used, "patient_id"]).nunique()
+        assert (per_patient == 1).all()
+        assert folds[used].nunique() == 5
+
+
+def test_fold_assignment_matches_scikit_learn():
+    from sklearn.model_selection import StratifiedGroupKFold
+
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        sizes = rng.integers(1, 5, 60)
+        groups = np.repeat(np.array([f"p{i}" for i in range(60)], dtype=object), sizes)
+        y = np.repeat(rng.integers(0, 2, 60), sizes) if seed % 2 else rng.integers(0, 3, len(groups))
+        expected = np.full(len(y), -1)
+        splits = StratifiedGroupKFold(5, shuffle=True, random_state=seed).split(y, y, groups)
+        for fold, (_, held) in enumerate(splits):
+            expected[held] = fold
+        assert np.array_equal(A._grouped_folds(y, groups, 5, seed, "test"), expected)
+
+
+def test_shortcut_folds_cover_the_pool_only(shortcut_results, phantoms):
+    m = phantoms["std_null"]["manifest"]
+    folds = shortcut_results["std_null"].folds
+    assert ((folds >= 0) == (m["split"] != "test").to_numpy()).all()
+
+
+# --------------------------------------------------------------------------- known answers
+
+
+def _synthetic(n_patients=120, seed=0):
+    rng = np.random.default_rng(seed)
+    patients = np.repeat(np.arange(n_patients), 2)
+    split = np.where(patients % 4 == 0, "test", np.where(patients % 9 == 1, "val", "train"))
+    labels = np.repeat(rng.integers(0, 2, n_patients), 2)
+    return rng, patients, split, labels
+
+
+def test_feature_equal_to_split_gives_auc_one():
+    rng, patients, split, labels = _synthetic()
+    X = np.c_[(split == "test").astype(float), rng.normal(size=(len(split), 3))]
+    result = A.partition_audit(X, split, groups=patients, labels=labels, n_resamples=200, n_permutations=9)
+    assert result.table["auc"].tolist() == [1.0, 1.0, 1.0]
+    assert result.table.loc[0, "low"] == 1.0
+    assert result.table["p_value"].tolist() == [0.1, 0.1, 0.1]  # 1 / (1 + 9): nothing beats it
+    assert result.null.shape == (9, 3) and (result.null < 1.0).all()
+
+
+def test_random_features_interval_covers_half():
+    rng, patients, split, labels = _synthetic(n_patients=200, seed=0)
+    X = rng.normal(size=(len(split), 8))
+    result = A.partition_audit(X, split, groups=patients, n_resamples=300, n_permutations=N_PERMUTATIONS)
+    row = result.table.iloc[0]
+    assert row["low"] <= 0.5 <= row["high"]
+    assert abs(row["auc"] - 0.5) < 0.1
+    assert row["p_value"] >= 0.05
+
+
+def test_group_permutation_moves_whole_patients():
+    groups = np.array(["a", "a", "b", "c", "c", "d", "e", "e"])
+    values = np.arange(8)
+    permute = A._group_permuter(groups)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        out = permute(values, rng)
+        assert sorted(out.tolist()) == values.tolist()
+        for g in np.unique(groups):  # a patient's rows receive one patient's consecutive rows
+            block = out[groups == g]
+            assert len(set(groups[block])) == 1 and list(block) == sorted(block)
+
+
+def test_permutation_importance_points_at_the_informative_property():
+    rng, patients, split, labels = _synthetic(n_patients=200, seed=1)
+    X = pd.DataFrame({
+        "noise_a": rng.normal(size=len(split)),
+        "signal": labels + 0.3 * rng.normal(size=len(split)),
+        "noise_b": rng.normal(size=len(split)),
+    })
+    result = A.shortcut_audit(X, labels, split, groups=patients, n_resamples=100, n_repeats=5)
+    assert result.importances.loc[0, "feature"] == "signal"
+    assert result.importances.loc[0, "importance_mean"] > 0.3
+    assert result.pool_balanced_accuracy > 0.9 and result.test_balanced_accuracy > 0.9
+
+
+def test_results_are_deterministic():
+    rng, patients, split, labels = _synthetic(seed=2)
+    X = rng.normal(size=(len(split), 4))
+    a = A.partition_audit(X, split, groups=patients, labels=labels, n_resamples=100, random_state=7)
+    b = A.partition_audit(X, split, groups=patients, labels=labels, n_resamples=100, random_state=7)
+    pd.testing.assert_frame_equal(a.table, b.table)
+    assert np.array_equal(a.folds, b.folds)
+
+
+def test_forest_model_and_estimator_are_accepted():
+    from sklearn.linear_model import LogisticRegression
+
+    rng, patients, split, labels = _synthetic()
+    X = np.c_[(split == "test") + 0.5 * rng.normal(size=len(split))]
+    forest = A.partition_audit(X, split, groups=patients, model="forest", n_resamples=50)
+    custom = A.partition_audit(X, split, groups=patients, model=LogisticRegression(), n_resamples=50)
+    assert forest.model == "forest" and custom.model == "LogisticRegression"
+    assert forest.auc > 0.8 and custom.auc > 0.8
+
+
+# --------------------------------------------------------------------------- property_matrix
+
+
+def test_property_matrix_encodes_and_is_deterministic():
+    props = pd.DataFrame({
+        "image_id": ["a", "b", "c", "d"],
+        "file_size": [100.0, 200.0, np.nan, 400.0],
+        "format": ["PNG", "JPEG", None, "PNG"],
+        "png_chunks": ["pHYs|tEXt", np.nan, np.nan, ""],
+        "jpeg_progressive": [np.nan, True, np.nan, np.nan],
+        "readable": [True, True, False, True],
+        "constant": [1, 1, 1, 1],
+    })
+    X = A.property_matrix(props)
+    assert list(X.columns) == [
+        "file_size", "file_size_missing", "format=JPEG", "format=PNG", "format_missing",
+        "png_chunks:pHYs", "png_chunks:tEXt", "png_chunks_missing", "jpeg_progressive",
+        "jpeg_progressive_missing", "readable",
+    ]
+    assert X["file_size"].tolist() == [100.0, 200.0, A.MISSING_SENTINEL, 400.0]
+    assert X["png_chunks:tEXt"].tolist() == [1.0, 0.0, 0.0, 0.0]
+    assert X["png_chunks_missing"].tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert X["jpeg_progressive"].tolist() == [-1.0, 1.0, -1.0, -1.0]
+    assert X["readable"].tolist() == [1.0, 1.0, 0.0, 1.0]
+    assert "constant" not in X and "image_id" not in X
+    assert X.attrs["feature_groups"]["format=PNG"] == "format"
+    shuffled = A.property_matrix(props.iloc[::-1])
+    assert list(shuffled.columns) == list(X.columns)
+    assert X.dtypes.map(lambda d: d.kind == "f").all()
+
+
+def test_property_matrix_from_file_properties_has_no_identifiers(phantoms):
+    X = phantoms["kermany_shortcut"]["X"]
+    assert not any(c.startswith("image_id") for c in X.columns)
+    assert np.isfinite(X.to_numpy()).all()
+    assert {"jpeg_quality", "file_size", "width"} <= set(X.columns)
+
+
+def test_property_matrix_rejects_constant_input():
+    with pytest.raises(InputError, match="no file property varies"):
+        A.property_matrix(pd.DataFrame({"image_id": ["a", "b"], "format": ["PNG", "PNG"]}))
+
+
+# --------------------------------------------------------------------------- provenance and run_audit
+
+
+def test_split_provenance_counts_and_leaks():
+    m = pd.DataFrame({
+        "image_id": [f"i{k}" for k in range(6)],
+        "patient_id": ["p1", "p1", "p2", "p3", "p3", "p4"],
+        "split": ["train", "test", "train", "val", "val", "test"],
+        "label": ["A", "B", "A", "B", "B", "A"],
+    })
+    facts = A.split_provenance(m)
+    by_split = {s["split"]: s for s in facts["splits"]}
+    assert [s["split"] for s in facts["splits"]] == ["train", "val", "test"]
+    assert by_split["train"] == {"split": "train", "images": 2, "patients": 2, "classes": {"A": 2}}
+    assert by_split["val"]["patients"] == 1
+    assert facts["n_patients_in_several_splits"] == 1
+    assert facts["patients_in_several_splits"] == [{"patient_id": "p1", "splits": ["test", "train"]}]
+
+
+@pytest.fixture(scope="module")
+def audit_result(phantoms):
+    d = phantoms["kermany_shortcut"]
+    emb = _pixel_embeddings(d["manifest"])
+    return A.run_audit(d["manifest"], d["props"], embeddings=emb, embedding_name="pixels 16x16",
+                       n_resamples=200, n_repeats=2, n_permutations=9)
+
+
+def test_run_audit_combines_the_audits(audit_result, phantoms):
+    m = phantoms["kermany_shortcut"]["manifest"]
+    r = audit_result
+    assert r.n_images == len(m)
+    assert r.partition_embeddings is not None and r.embedding_name == "pixels 16x16"
+    # the shortcut lives in the pool's files only, so file properties also give the test split away
+    assert r.partition_properties.auc > 0.9
+    assert r.shortcut.pool_balanced_accuracy >= 0.9
+    splits = {s["split"]: s for s in r.provenance["splits"]}
+    assert splits["test"]["images"] == int((m["split"] == "test").sum())
+    assert splits["test"]["patients"] == m.loc[m["split"] == "test", "patient_id"].nunique()
+    assert r.provenance["n_patients_in_several_splits"] == 0
+    assert r.notes == []
+
+
+def test_audit_to_dict_is_json_ready(audit_result):
+    d = audit_result.to_dict()
+    text = json.dumps(d, allow_nan=False)
+    assert json.loads(text)["paper"] == {"partition_auc": 0.697, "partition_auc_normal": 0.898,
+                                         "shortcut_pool": 0.992, "shortcut_test": 0.496}
+    auc = d["partition_properties"]["table"][0]["auc"]
+    assert auc == round(auc, 4)
+    assert [row["scope"] for row in d["shortcut"]["table"]] == ["pool", "test"]
+    assert json.loads(audit_result.to_json()) == d
+
+
+def test_render_audit_html_is_self_contained(audit_result):
+    page = A.render_audit_html(audit_result)
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    for number in ("0.697", "0.898", "0.992", "0.496"):
+        assert number in page
+    assert "the paper's numbers, not this data's" in page
+    assert "pixels 16x16" in page
+    assert page.count("<table>") >= 5
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "<script" not in page and "@import" not in page
+    pool = audit_result.shortcut.table.set_index("scope").loc["pool", "balanced_accuracy"]
+    assert f"{pool:.3f}" in page
+
+
+def test_render_audit_html_rejects_other_objects():
+    with pytest.raises(InputError, match="AuditResult"):
+        A.render_audit_html({"not": "a result"})
+
+
+def test_run_audit_without_patient_ids_warns(phantoms, caplog):
+    d = phantoms["std_null"]
+    m = d["manifest"].drop(columns=["patient_id"])
+    with caplog.at_level(logging.WARNING, logger="crslib.audit"):
+        r = A.run_audit(m, d["props"], n_resamples=50, n_repeats=1, n_splits=3, n_permutations=0)
+    assert "no patient_id" in caplog.text
+    assert any("treated as its own patient" in note for note in r.notes)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.fixture(scope="module")
+def small(phantoms):
+    d = phantoms["std_null"]
+    return d["manifest"], d["props"]
+
+
+def test_run_audit_requires_a_split_column(small):
+    m, props = small
+    with pytest.raises(DataError, match="no 'split' column"):
+        A.run_audit(m.drop(columns=["split"]), props)
+
+
+def test_run_audit_rejects_a_filled_split_column(small):
+    m, props = small
+    m = m.copy()
+    m.attrs["filled_columns"] = ["split"]
+    with pytest.raises(DataError, match="no 'split' column"):
+        A.run_audit(m, props)
+
+
+def test_no_official_test_split_is_explained(small):
+    m, props = small
+    no_test = m.assign(split=m["split"].replace({"test": "train"}))
+    with pytest.raises(DataError, match=r"no row has split == 'test'.*split='test'"):
+        A.run_audit(no_test, props)
+    X = np.zeros((len(m), 2)) + np.arange(len(m))[:, None]
+    with pytest.raises(DataError, match="no row has split == 'test'"):
+        A.partition_audit(X, no_test["split"], groups=m["patient_id"])
+    with pytest.raises(DataError, match="no row is in the training pool"):
+        A.partition_audit(X, np.full(len(m), "test"), groups=m["patient_id"])
+
+
+def test_single_class_in_a_split_is_rejected(small):
+    m, props = small
+    one_class = m.assign(label=np.where(m["split"] == "test", 1, m["label"]))
+    with pytest.raises(DataError, match=r"'test' split holds a single class"):
+        A.run_audit(one_class, props)
+    X = A.property_matrix(props)
+    with pytest.raises(InputError, match=r"'test' split holds a single class"):
+        A.shortcut_audit(X, one_class["label"], m["split"], groups=m["patient_id"])
+
+
+def test_label_with_nan_is_rejected(small):
+    m, props = small
+    labels = m["label"].astype(float)
+    labels.iloc[3] = np.nan
+    with pytest.raises(DataError, match=r"label column 'label' is missing in 1 row"):
+        A.run_audit(m.assign(label=labels), props)
+    with pytest.raises(InputError, match="labels is missing"):
+        A.shortcut_audit(A.property_matrix(props), labels, m["split"], groups=m["patient_id"])
+    with pytest.raises(DataError, match="no label column 'finding'"):
+        A.run_audit(m, props, label_column="finding")
+
+
+def test_misaligned_inputs_are_rejected(small):
+    m, props = small
+    X = A.property_matrix(props)
+    with pytest.raises(InputError, match=r"split has \d+ values but X has \d+ rows"):
+        A.partition_audit(X, m["split"].iloc[:-1], groups=m["patient_id"])
+    with pytest.raises(InputError, match="groups has"):
+        A.shortcut_audit(X, m["label"], m["split"], groups=m["patient_id"].iloc[:10])
+    with pytest.raises(DataError, match="properties have"):
+        A.run_audit(m, props.iloc[:-1])
+    with pytest.raises(DataError, match="not aligned with the manifest"):
+        A.run_audit(m, props.iloc[::-1].reset_index(drop=True))
+    with pytest.raises(InputError, match="embeddings have shape"):
+        A.run_audit(m, props, embeddings=np.zeros((3, 4)), n_resamples=20, n_repeats=1)
+
+
+def test_bad_arguments_are_rejected(small):
+    m, props = small
+    X = A.property_matrix(props)
+    split, groups = m["split"], m["patient_id"]
+    with pytest.raises(InputError, match="groups is required"):
+        A.partition_audit(X, split, groups=None)
+    with pytest.raises(InputError, match="NaN"):
+        A.partition_audit(np.full((len(m), 2), np.nan), split, groups=groups)
+    with pytest.raises(InputError, match="non-numeric"):
+        A.partition_audit(props, split, groups=groups)
+    with pytest.raises(InputError, match="model must be"):
+        A.partition_audit(X, split, groups=groups, model="svm")
+    with pytest.raises(InputError, match="also in pool"):
+        A.partition_audit(X, split, groups=groups, pool=("train", "test"))
+    with pytest.raises(InputError, match="fewer than n_splits=500"):
+        A.partition_audit(X, split, groups=groups, n_splits=500)
+    with pytest.raises(InputError, match="n_resamples"):
+        A.partition_audit(X, split, groups=groups, n_resamples=0)
+    with pytest.raises(InputError, match="never in the pool"):
+        labels = np.where(split == "test", np.where(np.arange(len(m)) % 2, "new", "old"), "old")
+        labels = np.where((split != "test") & (np.arange(len(m)) % 3 == 0), "other", labels)
+        A.shortcut_audit(X, labels, split, groups=groups)
+    assert issubclass(InputError, CRSError) and issubclass(DataError, CRSError)
