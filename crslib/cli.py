@@ -137,6 +137,94 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_audit(args: argparse.Namespace) -> int:
+    from crslib._io import atomic_write_text
+    from crslib.audit import render_audit_html, run_audit
+    from crslib.data import file_properties, load_data
+    from crslib.embed import extract_embeddings
+    from crslib.encoders import load_encoder
+
+    manifest = load_data(args.data)
+    properties = file_properties(manifest, progress=None)
+    X, name = None, None
+    if args.model.lower() != "none":
+        encoder = load_encoder(args.model)
+        X, name = extract_embeddings(manifest, encoder, progress=None).X, encoder.name
+    result = run_audit(manifest, properties, embeddings=X, embedding_name=name, label_column=args.label,
+                       n_resamples=args.resamples, random_state=args.seed)
+    out = Path(args.out)
+    atomic_write_text(out / "audit.json", result.to_json())
+    atomic_write_text(out / "audit.html", render_audit_html(result))
+    for what, part in (("file properties", result.partition_properties), (name, result.partition_embeddings)):
+        if part is None:
+            continue
+        for row in part.table.itertuples():
+            print(f"partition AUC ({what}, {row.scope}): {row.auc:.3f} (95% CI {row.low:.3f}-{row.high:.3f})")
+    for row in result.shortcut.table.itertuples():
+        print(f"shortcut balanced accuracy ({row.scope}): {row.balanced_accuracy:.3f} "
+              f"(95% CI {row.low:.3f}-{row.high:.3f})")
+    for note in result.notes:
+        print(f"note: {note}")
+    print(f"report: {out / 'audit.html'}")
+    return 0
+
+
+def _cmd_risk(args: argparse.Namespace) -> int:
+    from crslib._io import atomic_write_text
+    from crslib.data import load_data
+    from crslib.embed import embed_models
+    from crslib.errors import DataError
+    from crslib.risk import render_risk_html, representation_risk
+
+    manifest = load_data(args.data)
+    tasks = [t.strip() for t in args.task.split(",") if t.strip()]
+    missing = [t for t in tasks if t not in manifest.columns]
+    if missing:
+        raise DataError(f"--task column(s) {', '.join(missing)} not in the manifest; columns: "
+                        f"{', '.join(map(str, manifest.columns))}")
+    specs = [s.strip() for s in args.models.split(",") if s.strip()]
+    embeddings = embed_models(manifest, specs)
+    groups = manifest["patient_id"] if "patient_id" in manifest.columns else manifest["image_id"]
+    out = Path(args.out)
+    outcomes = {}
+    for task in tasks:
+        result = representation_risk(
+            embeddings, manifest[task].to_numpy(), groups.to_numpy(), n_components=args.components,
+            n_partitions=args.partitions, n_resamples=args.resamples, random_state=args.seed,
+        )
+        outcomes[task] = result
+        out.mkdir(parents=True, exist_ok=True)
+        result.primary.candidates.to_csv(out / f"candidates_{task}.csv", index=False)
+        result.primary.comparisons.to_csv(out / f"comparisons_{task}.csv", index=False)
+        result.all_partitions.to_csv(out / f"partitions_{task}.csv", index=False)
+        result.spread.to_csv(out / f"spread_{task}.csv", index=False)
+        result.selection_counts.to_csv(out / f"selection_{task}.csv", index=False)
+        scores = result.selected_test_scores
+        print(f"{task} ({result.task}): selected {result.primary.selected}, test {result.metric} "
+              f"{result.primary.selected_row['test_score']:.3f}; over {len(scores)} partitions "
+              f"{scores.min():.3f}-{scores.max():.3f}; selected most often: "
+              f"{result.selection_counts.sort_values('count').iloc[-1]['encoder']}")
+    atomic_write_text(out / "risk.html", render_risk_html(outcomes))
+    print(f"report: {out / 'risk.html'}")
+    return 0
+
+
+def _cmd_checklist(args: argparse.Namespace) -> int:
+    from crslib._io import atomic_write_text
+    from crslib.checklist import build_checklist
+    from crslib.runner import read_run_evidence
+
+    evidence, run_id = read_run_evidence(args.run_dir)
+    checklist = build_checklist(evidence, run_id=run_id)
+    print(checklist.to_markdown())
+    out = Path(args.out) if args.out else Path(args.run_dir)
+    atomic_write_text(out / "checklist.md", checklist.to_markdown())
+    atomic_write_text(out / "checklist.json", checklist.to_json())
+    print(f"{checklist.n_complete} of {len(checklist.items)} items complete; written to "
+          f"{out / 'checklist.md'} and {out / 'checklist.json'}")
+    return 1 if args.strict and checklist.n_missing else 0
+
+
 def _cmd_book(args: argparse.Namespace) -> int:
     from crslib.runner import build_book
 
@@ -232,6 +320,56 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="seed of bootstrap and splits (default 0)")
     p.add_argument("--out", default="crs-compare", metavar="DIR", help="report folder (default crs-compare)")
     p.set_defaults(func=_cmd_compare)
+
+    p = sub.add_parser(
+        "audit",
+        help="audit a data set's official split and its files for shortcuts",
+        description="Split and shortcut audits of study 2 on any data: a partition classifier "
+        "(training pool vs official test split) from file properties and from a model's embeddings, "
+        "and a classifier from file properties alone to the label, in the pool (patient-grouped CV) "
+        "and on the test split. Writes audit.html (self-contained) and audit.json.",
+    )
+    p.add_argument("--data", required=True, metavar="DATA",
+                   help="manifest, data folder (e.g. a Kermany chest_xray/ copy) or 'phantom?...'")
+    p.add_argument("--model", default="public:efficientnet_lite0", metavar="SPEC",
+                   help="model for the embedding partition audit, or 'none' (default public:efficientnet_lite0)")
+    p.add_argument("--label", default="label", metavar="COL", help="label column (default label)")
+    p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of folds and bootstrap (default 0)")
+    p.add_argument("--out", default="crs-audit", metavar="DIR", help="report folder (default crs-audit)")
+    p.set_defaults(func=_cmd_audit)
+
+    p = sub.add_parser(
+        "risk",
+        help="representation risk: benchmark encoders, select on locked validation data",
+        description="Benchmark several encoders on a task under common dimension control (PCA fitted on "
+        "training rows), with linear, kNN and MLP heads; select on a locked validation partition; accept a "
+        "feature union only with validation evidence; report paired test comparisons and the spread over "
+        "repeated patient-grouped partitions. Writes CSV tables and risk.html.",
+    )
+    p.add_argument("--data", required=True, metavar="DATA", help="images with the task column(s)")
+    p.add_argument("--models", required=True, metavar="SPEC,SPEC,...", help="comma-separated model specs")
+    p.add_argument("--task", required=True, metavar="COL[,COL]",
+                   help="target column(s): two values -> classification, else regression")
+    p.add_argument("--components", type=int, default=128, help="shared PCA dimension (default 128)")
+    p.add_argument("--partitions", type=int, default=10, help="repeated partitions (default 10)")
+    p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--seed", type=int, default=0, help="seed of partitions and bootstrap (default 0)")
+    p.add_argument("--out", default="crs-risk", metavar="DIR", help="output folder (default crs-risk)")
+    p.set_defaults(func=_cmd_risk)
+
+    p = sub.add_parser(
+        "checklist",
+        help="fill the seven-item reporting checklist from a run folder",
+        description="Read the evidence a book run recorded (results/*/evidence.json) and print the "
+        "seven-item reporting checklist of study 2: each item complete or missing, with the effect "
+        "measured in this run beside the paper's, and its crosswalk to CLAIM 2024, TRIPOD+AI, MI-CLAIM "
+        "and DOME. Writes checklist.md and checklist.json.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder under runs/")
+    p.add_argument("--out", metavar="DIR", help="where to write checklist.md/.json (default: RUN_DIR)")
+    p.add_argument("--strict", action="store_true", help="exit 1 when an item is missing")
+    p.set_defaults(func=_cmd_checklist)
 
     p = sub.add_parser(
         "book",

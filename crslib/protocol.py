@@ -32,7 +32,15 @@ import numpy as np
 import pandas as pd
 
 from crslib.errors import DataError, InputError
-from crslib.metrics import METRICS, THRESHOLD_RULES, check_binary, fit_threshold, metric_score
+from crslib.metrics import (
+    METRICS,
+    THRESHOLD_RULES,
+    calibration_transfer,
+    check_binary,
+    fit_threshold,
+    metric_score,
+    threshold_transfer,
+)
 from crslib.stats import grouped_partition, resample_indices
 
 log = logging.getLogger(__name__)
@@ -46,6 +54,7 @@ __all__ = [
     "protocol_grid",
     "effect_summary",
     "headline_table",
+    "validation_to_test",
     "repeated_partitions",
 ]
 
@@ -497,6 +506,56 @@ def headline_table(grid: pd.DataFrame, *, rule: str = "youden", metrics: Sequenc
             out[f"{m}_low"] = mean[("low", m)]
             out[f"{m}_high"] = mean[("high", m)]
     return out
+
+
+def validation_to_test(
+    predictions: pd.DataFrame,
+    *,
+    what: str = "threshold",
+    fit_on: str = "val",
+    evaluate_on: str = "test",
+) -> pd.DataFrame:
+    """Thresholds or calibrators fitted on validation and evaluated on test, per model.
+
+    Runs :func:`crslib.metrics.threshold_transfer` (``what="threshold"``) or
+    :func:`crslib.metrics.calibration_transfer` (``what="calibration"``) for
+    every (backbone, policy, seed) of a predictions table.
+
+    Parameters
+    ----------
+    predictions : DataFrame
+        Columns :data:`PREDICTION_COLUMNS`.
+    what : {"threshold", "calibration"}
+    fit_on, evaluate_on : str
+        Partitions fitted on and evaluated on.
+
+    Returns
+    -------
+    DataFrame
+        The metrics function's table with ``backbone``, ``policy`` and
+        ``seed`` columns added (a calibration table's ``params`` column is
+        dropped: the fitted parameters are in the calibrator).
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.tile([0, 1], 100)
+    >>> preds = pd.DataFrame({"backbone": "b", "policy": "frozen", "seed": 0, "image_id": range(200),
+    ...                       "patient_id": range(200), "split": ["val"] * 100 + ["test"] * 100,
+    ...                       "y_true": y, "prob": np.clip(0.3 + 0.4 * y + rng.normal(0, 0.2, 200), 0, 1)})
+    >>> sorted(validation_to_test(preds, what="calibration")["method"])
+    ['none', 'platt', 'temperature']
+    """
+    predictions = _check_predictions(predictions)
+    if what not in ("threshold", "calibration"):
+        raise InputError(f"what must be 'threshold' or 'calibration', got {what!r}")
+    tables = []
+    for (backbone, policy, seed), model in predictions.groupby(["backbone", "policy", "seed"], sort=True):
+        fit, ev = model[model["split"] == fit_on], model[model["split"] == evaluate_on]
+        args = (fit["y_true"].to_numpy(), fit["prob"].to_numpy(), ev["y_true"].to_numpy(), ev["prob"].to_numpy())
+        table = threshold_transfer(*args) if what == "threshold" else calibration_transfer(*args)
+        tables.append(table.drop(columns="params", errors="ignore").assign(backbone=backbone, policy=policy, seed=seed))
+    return pd.concat(tables, ignore_index=True)
 
 
 # --------------------------------------------------------------------------- split-level uncertainty

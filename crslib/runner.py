@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib.metadata
+import json
 import logging
 import os
 import platform
@@ -274,6 +275,53 @@ def run_notebooks(
         log.info("%s done in %.1f s", source.stem, seconds)
     atomic_write_json(run_dir / "run.json", record.to_dict())
     return record
+
+
+def read_run_evidence(run_dir: str | os.PathLike) -> tuple[dict[str, Any], str]:
+    """Merge the checklist evidence the notebooks of one run recorded.
+
+    Each notebook that measures something a reporting-checklist item needs
+    writes ``results/<notebook>/evidence.json`` (item id -> fields, see
+    :mod:`crslib.checklist`); an item recorded by two notebooks takes the
+    later notebook's fields.
+
+    Parameters
+    ----------
+    run_dir : path
+        A run folder of ``crs book`` (with ``results/``), or any folder
+        holding ``*/evidence.json`` files.
+
+    Returns
+    -------
+    evidence : dict
+        Item id -> recorded fields (``{}`` when nothing was recorded).
+    run_id : str
+        The run's id from ``run.json``, else the folder's name.
+
+    Raises
+    ------
+    ConfigError
+        The folder does not exist, or an evidence file is not valid JSON.
+    """
+    root = Path(run_dir)
+    if not root.is_dir():
+        raise ConfigError(f"run folder {root} does not exist; pass a folder under runs/ written by crs book")
+    results = root / "results" if (root / "results").is_dir() else root
+    evidence: dict[str, Any] = {}
+    for path in sorted(results.glob("*/evidence.json")):
+        try:
+            recorded = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"evidence file {path} is unreadable ({exc}); rerun its notebook") from None
+        if not isinstance(recorded, dict):
+            raise ConfigError(f"evidence file {path} must hold a JSON object (item id -> fields)")
+        evidence.update(recorded)
+    run_id = root.resolve().name
+    try:
+        run_id = str(json.loads((root / "run.json").read_text(encoding="utf-8")).get("run_id", run_id))
+    except (OSError, ValueError):
+        pass
+    return evidence, run_id
 
 
 def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) -> Path:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-SUBCOMMANDS = ["phantom", "embed", "zoo", "compare", "book"]
+SUBCOMMANDS = ["phantom", "embed", "zoo", "compare", "audit", "risk", "checklist", "book"]
 
 
 def crs(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
@@ -91,3 +91,78 @@ def test_truncated_jpeg_is_named(tmp_path: Path) -> None:
     skipped = crs("embed", "--data", str(folder), "--model", "timm:resnet18?size=32", "--skip-unreadable")
     assert skipped.returncode == 0, skipped.stderr
     assert "broken.jpg" in skipped.stderr and "3 embeddings" in skipped.stdout
+
+
+def test_audit_finds_the_injected_shortcut_in_a_kermany_layout_folder(tmp_path: Path) -> None:
+    import json
+
+    out = tmp_path / "kermany"
+    made = crs("phantom", str(out), "--patients", "160", "--image-size", "32", "--seed", "1",
+               "--kermany-layout", "--shortcut-strength", "1.0")
+    assert made.returncode == 0, made.stderr
+    assert (out / "chest_xray" / "test" / "PNEUMONIA").is_dir()
+    # the folder in its own layout, as a user's Kermany copy would be given (no manifest)
+    result = crs("audit", "--data", str(out / "chest_xray"), "--model", "none", "--resamples", "100",
+                 "--out", str(tmp_path / "report"))
+    assert result.returncode == 0, result.stderr
+    report = json.loads((tmp_path / "report" / "audit.json").read_text())
+    table = {row["scope"]: row for row in report["shortcut"]["table"]}
+    assert table["pool"]["balanced_accuracy"] >= 0.9
+    assert abs(table["test"]["balanced_accuracy"] - 0.5) < 0.15
+    assert "shortcut balanced accuracy (pool)" in result.stdout
+    html = (tmp_path / "report" / "audit.html").read_text()
+    assert "<table" in html and "0.992" in html and "src=\"http" not in html
+
+
+def test_audit_without_a_test_split_is_one_line(tmp_path: Path) -> None:
+    import pandas as pd
+
+    crs("phantom", str(tmp_path / "p"), "--patients", "10", "--image-size", "32")
+    manifest = pd.read_csv(tmp_path / "p" / "manifest.csv")
+    manifest["split"] = "train"
+    manifest.to_csv(tmp_path / "p" / "manifest.csv", index=False)
+    result = crs("audit", "--data", str(tmp_path / "p"), "--model", "none")
+    assert_one_line_error(result, "test")
+
+
+def test_checklist_marks_unrecorded_items_missing(tmp_path: Path) -> None:
+    import json
+
+    run = tmp_path / "run"
+    (run / "results" / "05_audit").mkdir(parents=True)
+    (run / "run.json").write_text(json.dumps({"run_id": "20261130T000000Z-quick"}))
+    effect = {"description": "partition AUC", "value": 0.71, "unit": "AUC", "paper": 0.697, "source": "05"}
+    (run / "results" / "05_audit" / "evidence.json").write_text(json.dumps({"split": {
+        "provenance": "official split", "patients_disjoint": True,
+        "partition_auc": {"estimate": 0.71, "low": 0.65, "high": 0.77}, "effect": effect}}))
+    result = crs("checklist", str(run))
+    assert result.returncode == 0, result.stderr
+    assert "1 of 7 items complete" in result.stdout
+    saved = json.loads((run / "checklist.json").read_text())
+    status = {item["item_id"]: item["status"] for item in saved["items"]}
+    assert status["split"] == "complete"
+    assert [s for k, s in status.items() if k != "split"] == ["missing"] * 6
+    strict = crs("checklist", str(run), "--strict")
+    assert strict.returncode == 1
+    assert_one_line_error(crs("checklist", str(tmp_path / "nowhere")), "nowhere")
+
+
+def test_risk_on_a_phantom_folder_selects_on_validation_and_reports(tmp_path: Path) -> None:
+    import pandas as pd
+
+    out = tmp_path / "p"
+    made = crs("phantom", str(out), "--patients", "60", "--image-size", "32", "--seed", "4")
+    assert made.returncode == 0, made.stderr
+    result = crs("risk", "--data", str(out), "--models", "timm:resnet10t?size=32&seed=0,timm:resnet10t?size=32&seed=1",
+                 "--task", "label,age", "--partitions", "2", "--resamples", "100", "--out", str(tmp_path / "risk"))
+    assert result.returncode == 0, result.stderr
+    assert "label (classification): selected" in result.stdout and "age (regression): selected" in result.stdout
+    candidates = pd.read_csv(tmp_path / "risk" / "candidates_label.csv")
+    assert candidates["selected"].sum() == 1
+    chosen = candidates[candidates["selected"]].iloc[0]
+    singles = candidates[candidates["encoder"] != "union"]
+    # the best single candidate on validation, unless the union's validation gain was clearly positive
+    assert chosen["val_score"] == singles["val_score"].max() or chosen["encoder"] == "union"
+    assert (tmp_path / "risk" / "risk.html").read_text().startswith("<!DOCTYPE html>")
+    bad = crs("risk", "--data", str(out), "--models", "timm:resnet10t?size=32", "--task", "nosuchcolumn")
+    assert_one_line_error(bad, "nosuchcolumn")

@@ -214,3 +214,24 @@ def test_finetune_refuses_onnx_and_bad_labels(tiny_phantom, tmp_path):
     one = tiny_phantom.assign(label=1)
     with pytest.raises(DataError, match="both classes"):
         finetune_classifier(one, "timm:resnet18?size=32", epochs=1, cache_root=tmp_path)
+
+
+def test_validation_to_test_fits_on_validation_and_reports_the_gap():
+    preds = _predictions(np.random.default_rng(7))
+    table = protocol.validation_to_test(preds, what="threshold")
+    assert len(table) == 4 * len(metrics.THRESHOLD_RULES) * 4  # models x rules x metrics
+    row = table[(table.backbone == "a") & (table.policy == "frozen") & (table.rule == "youden")
+                & (table.metric == "balanced_accuracy")].iloc[0]
+    model = preds[(preds.backbone == "a") & (preds.policy == "frozen")]
+    val, test = model[model.split == "val"], model[model.split == "test"]
+    t = metrics.fit_threshold(val.y_true, val.prob, rule="youden")
+    assert row["threshold"] == pytest.approx(t)
+    assert row["eval_value"] == pytest.approx(metrics.metric_score("balanced_accuracy", test.y_true, test.prob, threshold=t))
+    assert row["gap"] == pytest.approx(row["eval_value"] - row["fit_value"])
+    calibration = protocol.validation_to_test(preds, what="calibration")
+    assert set(calibration["method"]) == {"none", "temperature", "platt"} and "params" not in calibration
+    # probabilities shifted by -1 logit: validation-fitted scaling must help on test
+    fitted = calibration[calibration.method == "platt"]
+    assert (fitted["ece_uniform_after"] < fitted["ece_uniform_before"]).all()
+    with pytest.raises(InputError, match="threshold' or 'calibration"):
+        protocol.validation_to_test(preds, what="both")

@@ -87,3 +87,27 @@ def test_failing_notebook_names_notebook_and_cell(tmp_path: Path, notebook_dir: 
     message = str(info.value)
     assert "01_probe" in message and "ValueError" in message and "negative value -3" in message
     assert "cell" in message
+
+
+def test_read_run_evidence_merges_notebooks_in_order(tmp_path) -> None:
+    import json
+
+    from crslib.errors import ConfigError
+    from crslib.runner import read_run_evidence
+
+    run = tmp_path / "20261130T010000Z-quick"
+    for name, payload in [("04_protocol", {"threshold": {"rule": "youden"}, "metrics": {"reported": ["auroc"]}}),
+                          ("05_audit", {"split": {"provenance": "official"}, "metrics": {"reported": ["f1"]}})]:
+        (run / "results" / name).mkdir(parents=True)
+        (run / "results" / name / "evidence.json").write_text(json.dumps(payload))
+    (run / "results" / "06_other").mkdir()
+    evidence, run_id = read_run_evidence(run)
+    assert run_id == run.name
+    assert set(evidence) == {"threshold", "metrics", "split"}
+    assert evidence["metrics"] == {"reported": ["f1"]}, "the later notebook's record wins"
+    (run / "results" / "06_other" / "evidence.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="06_other"):
+        read_run_evidence(run)
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_run_evidence(tmp_path / "absent")
+    assert read_run_evidence(tmp_path)[0] == {}
