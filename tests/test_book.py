@@ -55,7 +55,7 @@ def test_every_study_notebook_draws_figures(quick_book) -> None:
     _, record = quick_book
     names = {e.name for e in record.notebooks}
     assert {"01_data_and_embeddings", "02_agreement", "03_transfer", "04_protocol_sensitivity",
-            "05_split_and_shortcut_audit", "07_reporting_checklist"} <= names
+            "05_split_and_shortcut_audit", "06_representation_risk", "07_reporting_checklist"} <= names
     for entry in record.notebooks:
         notebook = nbformat.read(entry.output, as_version=4)
         images = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])
@@ -87,6 +87,7 @@ def test_book_pages_render_with_figures(quick_book) -> None:
         "compare gate": root / "_build/html/book/compare_gate.html",
         "protocol": root / "_build/html/book/generated/04_protocol_sensitivity.html",
         "audit": root / "_build/html/book/generated/05_split_and_shortcut_audit.html",
+        "risk": root / "_build/html/book/generated/06_representation_risk.html",
         "checklist": root / "_build/html/book/generated/07_reporting_checklist.html",
         "audit guide": root / "_build/html/book/audit_guide.html",
     }
@@ -126,3 +127,16 @@ def test_checklist_of_the_run_is_filled_from_its_evidence(quick_book) -> None:
     assert all(s == "complete" for s in status.values()), status
     html = (Path(record.html_index).parent / "book/generated/07_reporting_checklist.html").read_text(encoding="utf-8")
     assert "0.697" in html and "0.992" in html and "CLAIM" in html
+
+
+def test_representation_risk_tables_cover_three_tasks(quick_book) -> None:
+    import pandas as pd
+
+    _, record = quick_book
+    results = Path(record.run_dir) / "results" / "06_representation_risk"
+    for task in ("label", "finding_cardiomegaly", "age"):
+        candidates = pd.read_csv(results / f"candidates_{task}.csv")
+        assert candidates["encoder"].nunique() >= 7  # >= 6 encoders plus the union
+        assert candidates["selected"].sum() == 1
+    stability = pd.read_csv(results / "stability.csv", index_col=0)
+    assert set(stability.index) == {"label", "finding_cardiomegaly", "age"}

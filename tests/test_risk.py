@@ -1,0 +1,346 @@
+"""Tests of crslib.risk: the representation-risk workflow."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crslib.errors import DataError, InputError
+from crslib.risk import (
+    HEADS,
+    _r2,
+    _weighted_auroc,
+    _weighted_r2,
+    evaluate_partition,
+    outer_partition,
+    reduce_dimensions,
+    representation_risk,
+)
+from crslib.stats import auroc, resample_indices
+
+FAST = {"n_components": 8, "n_resamples": 200}
+
+
+def _embed(latent: np.ndarray, rng: np.random.Generator, *, d: int = 16, strength: float = 3.0) -> np.ndarray:
+    """Embeddings whose leading direction carries ``latent`` (survives the PCA), plus isotropic noise."""
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    return strength * latent[:, None] * u[None, :] + rng.normal(size=(latent.size, d))
+
+
+def _data(task: str = "classification", *, n_patients: int = 150, per_patient: int = 2, seed: int = 0):
+    """One encoder sees the latent variable that drives y; the other is pure noise."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n_patients), per_patient)
+    n = groups.size
+    latent = rng.normal(size=n_patients)[groups] + 0.3 * rng.normal(size=n)
+    if task == "classification":
+        y = (latent + 0.4 * rng.normal(size=n) > 0).astype(int)
+    else:
+        y = 50.0 + 10.0 * latent + 3.0 * rng.normal(size=n)
+    emb = {"signal": _embed(latent, rng), "noise": rng.normal(size=(n, 16))}
+    return emb, y, groups
+
+
+def _complementary(seed: int = 0, n_patients: int = 300):
+    """y depends on a + b; encoder A sees only a, encoder B only b."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n_patients), 2)
+    n = groups.size
+    a = rng.normal(size=n_patients)[groups] + 0.2 * rng.normal(size=n)
+    b = rng.normal(size=n_patients)[groups] + 0.2 * rng.normal(size=n)
+    y = (a + b + 0.3 * rng.normal(size=n) > 0).astype(int)
+    return {"A": _embed(a, rng), "B": _embed(b, rng)}, y, groups
+
+
+# --------------------------------------------------------------------------- partitions
+
+
+def test_no_patient_crosses_partitions_in_any_repeat():
+    emb, y, groups = _data(per_patient=3, n_patients=60)
+    res = representation_risk(emb, y, groups, heads=["linear"], n_partitions=4, **FAST)
+    drawn = []
+    for part in res.partitions:
+        sets = [set(groups[idx].tolist()) for idx in (part.train_idx, part.val_idx, part.test_idx)]
+        assert not (sets[0] & sets[1]) and not (sets[0] & sets[2]) and not (sets[1] & sets[2])
+        rows = np.concatenate([part.train_idx, part.val_idx, part.test_idx])
+        assert np.array_equal(np.sort(rows), np.arange(y.size))  # every image in exactly one partition
+        for idx in (part.train_idx, part.val_idx, part.test_idx):
+            assert set(y[idx].tolist()) == {0, 1}  # stratified by patient label: both classes everywhere
+        drawn.append(tuple(part.test_idx.tolist()))
+    assert len(set(drawn)) == 4  # each repeat re-draws the partition
+    # regression partitions are patient-disjoint too
+    y_reg = np.random.default_rng(1).normal(size=y.size)
+    tr, va, te = outer_partition(y_reg, groups, random_state=3)
+    assert not set(groups[tr]) & set(groups[va]) and not set(groups[va]) & set(groups[te])
+    assert not set(groups[tr]) & set(groups[te])
+
+
+# --------------------------------------------------------------------------- no test leakage
+
+
+def test_selection_never_reads_test_labels():
+    emb, y, groups = _data()
+    first = evaluate_partition(emb, y, groups, **FAST)
+    parts = (first.train_idx, first.val_idx, first.test_idx)
+    val_cols = ["candidate", "param", "inner_score", "val_score", "val_low", "val_high", "val_secondary", "val_rank"]
+    rng = np.random.default_rng(5)
+    flipped, shuffled = y.copy(), y.copy()
+    flipped[first.test_idx] = 1 - y[first.test_idx]
+    shuffled[first.test_idx] = rng.permutation(y[first.test_idx])
+    single = first.candidates[first.candidates["encoder"] != "union"]
+    assert first.selected == single.loc[single["val_score"].idxmax(), "candidate"]  # union not chosen here
+    for poisoned in (flipped, shuffled):
+        again = evaluate_partition(emb, poisoned, groups, partition=parts, **FAST)
+        assert again.selected == first.selected
+        pd.testing.assert_frame_equal(again.candidates[val_cols], first.candidates[val_cols])
+        assert again.union == first.union
+        # ... while the test scores did see the poison
+        assert not np.allclose(again.candidates["test_score"], first.candidates["test_score"])
+    flipped_res = evaluate_partition(emb, flipped, groups, partition=parts, **FAST)
+    assert flipped_res.selected_row["test_score"] == pytest.approx(1 - first.selected_row["test_score"])
+
+
+def test_regression_selection_never_reads_test_labels():
+    emb, y, groups = _data("regression")
+    first = evaluate_partition(emb, y, groups, **FAST)
+    poisoned = y.copy()
+    poisoned[first.test_idx] = np.random.default_rng(2).permutation(y[first.test_idx])
+    again = evaluate_partition(emb, poisoned, groups, **FAST)  # the regression partition ignores y
+    assert np.array_equal(again.test_idx, first.test_idx)
+    assert again.selected == first.selected
+    pd.testing.assert_frame_equal(again.candidates[["val_score", "val_low", "param"]],
+                                  first.candidates[["val_score", "val_low", "param"]])
+    assert again.selected_row["test_score"] < first.selected_row["test_score"] - 0.5
+
+
+# --------------------------------------------------------------------------- known answers
+
+
+def test_the_encoder_that_carries_the_signal_is_selected():
+    emb, y, groups = _data()
+    res = representation_risk(emb, y, groups, n_partitions=5, **FAST)
+    assert res.task == "classification" and res.metric == "auroc"
+    assert res.primary.selected.startswith("signal/")
+    counts = res.selection_counts.set_index("encoder")["count"]
+    assert counts["signal"] >= 4 and counts["noise"] == 0
+    table = res.primary.candidates.set_index("candidate")
+    assert table.loc[res.primary.selected, "test_score"] > 0.85
+    noise = table[table["encoder"] == "noise"]["test_score"]
+    assert noise.between(0.3, 0.7).all() and abs(noise.mean() - 0.5) < 0.12
+    stab = res.rank_stability.set_index("encoder")
+    assert stab.loc["signal", "share_first_val"] == 1.0 and stab.loc["signal", "mean_test_rank"] == 1.0
+    # paired comparisons: every noise candidate is worse than the selected one, with an interval below 0
+    comp = res.primary.comparisons.set_index("candidate")
+    assert res.primary.selected not in comp.index
+    assert (comp.loc[comp["encoder"] == "noise", "high"] < 0).all()
+    assert (comp.loc[comp["encoder"] == "noise", "share_positive"] < 0.05).all()
+    spread = res.spread.set_index("candidate")
+    assert spread["n_partitions"].eq(5).all() and spread["times_selected"].sum() == 5
+    assert (spread["min"] <= spread["mean"]).all() and (spread["mean"] <= spread["max"]).all()
+
+
+def test_regression_known_answer_with_r2():
+    emb, y, groups = _data("regression")
+    res = representation_risk(emb, y, groups, n_partitions=3, **FAST)
+    assert res.task == "regression" and (res.metric, res.secondary_metric) == ("r2", "mae")
+    assert res.selection_counts.set_index("encoder")["count"]["signal"] == 3
+    table = res.primary.candidates.set_index("candidate")
+    assert table.loc[res.primary.selected, "test_score"] > 0.7
+    assert table.loc[res.primary.selected, "test_secondary"] < 6.0  # MAE in target units (sd ~ 10.8)
+    assert (table.loc[table["encoder"] == "noise", "test_score"] < 0.15).all()
+
+
+# --------------------------------------------------------------------------- feature union
+
+
+@pytest.mark.parametrize("second", ["noise", "duplicate"])
+def test_union_rejected_when_it_adds_nothing(second):
+    emb, y, groups = _data()
+    if second == "duplicate":
+        emb = {"signal": emb["signal"], "copy": emb["signal"].copy()}
+    res = evaluate_partition(emb, y, groups, **FAST)
+    union = res.union
+    assert union["evaluated"] and len(union["members"]) == 2
+    assert not union["chosen"] and union["low"] <= 0
+    assert res.selected != "union/linear" and res.selected.split("/")[0] in ("signal", "copy")
+    assert "kept" in union["reason"]
+
+
+def test_union_accepted_for_complementary_encoders():
+    emb, y, groups = _complementary()
+    res = evaluate_partition(emb, y, groups, **FAST)
+    union = res.union
+    assert sorted(union["members"]) == ["A", "B"]
+    assert union["chosen"] and union["low"] > 0 and union["gain"] > 0.05
+    assert res.selected == "union/linear"
+    row = res.selected_row
+    assert row["members"] in ("A+B", "B+A") and row["n_features"] == 16
+    assert row["test_score"] > res.candidates.loc[res.candidates["encoder"] != "union", "test_score"].max()
+
+
+def test_union_can_be_switched_off():
+    emb, y, groups = _data()
+    res = evaluate_partition(emb, y, groups, union_size=0, heads=["linear"], **FAST)
+    assert res.candidates["candidate"].tolist() == ["signal/linear", "noise/linear"]
+    assert not res.union["evaluated"] and "union_size" in res.union["reason"]
+    single = evaluate_partition({"signal": emb["signal"]}, y, groups, heads=["knn"], **FAST)
+    assert single.candidates["candidate"].tolist() == ["signal/knn"] and not single.union["evaluated"]
+
+
+# --------------------------------------------------------------------------- dimension control
+
+
+def test_pca_is_fitted_on_training_rows_only():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(120, 40)) @ rng.normal(size=(40, 40))
+    train = np.arange(0, 120, 2)
+    Z, info = reduce_dimensions(X, train, n_components=10)
+    changed = X.copy()
+    others = np.setdiff1d(np.arange(120), train)
+    changed[others] = 100.0 * rng.normal(size=(others.size, 40)) + 7.0
+    Z2, info2 = reduce_dimensions(changed, train, n_components=10)
+    np.testing.assert_allclose(Z2[train], Z[train], rtol=0, atol=1e-10)
+    np.testing.assert_allclose(info2["components"], info["components"], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(info2["mean"], info["mean"])
+    assert not np.allclose(Z2[others], Z[others])
+    # the shared dimension is capped by the training rows and the encoder's width
+    assert reduce_dimensions(X[:, :5], train, n_components=128)[1]["n_components"] == 5
+    assert reduce_dimensions(X, np.arange(7), n_components=128)[1]["n_components"] == 6
+    # mask and index give the same result
+    mask = np.zeros(120, dtype=bool)
+    mask[train] = True
+    np.testing.assert_allclose(reduce_dimensions(X, mask, n_components=10)[0], Z)
+
+
+def test_heads_fitted_on_training_rows_only():
+    """Changing only validation/test features leaves every inner-CV choice unchanged."""
+    emb, y, groups = _data()
+    first = evaluate_partition(emb, y, groups, **FAST)
+    held_out = np.concatenate([first.val_idx, first.test_idx])
+    changed = {k: v.copy() for k, v in emb.items()}
+    for v in changed.values():
+        v[held_out] = np.random.default_rng(9).normal(size=(held_out.size, v.shape[1]))
+    again = evaluate_partition(changed, y, groups, **FAST)
+    assert np.array_equal(again.train_idx, first.train_idx)
+    single = first.candidates["encoder"] != "union"
+    pd.testing.assert_frame_equal(again.candidates.loc[single, ["param", "inner_score"]],
+                                  first.candidates.loc[single, ["param", "inner_score"]])
+    for cand in first.candidates["candidate"]:
+        np.testing.assert_allclose(again.predictions[cand][first.train_idx],
+                                   first.predictions[cand][first.train_idx], atol=1e-10)
+    assert again.reduction.equals(first.reduction)
+
+
+# --------------------------------------------------------------------------- bootstrap
+
+
+def test_vectorised_bootstrap_equals_the_statistic_on_resampled_rows():
+    rng = np.random.default_rng(0)
+    groups = np.repeat(np.arange(40), 3)
+    y = rng.integers(0, 2, 120)
+    score = np.round(rng.normal(size=120) + y, 1)  # ties included
+    draws = list(resample_indices(120, n_resamples=25, groups=groups, random_state=1))
+    counts = np.stack([np.bincount(idx, minlength=120) for idx in draws]).astype(float)
+    expected = [auroc(y[idx], score[idx]) for idx in draws]
+    np.testing.assert_allclose(_weighted_auroc(y, score, counts), expected, atol=1e-12)
+    target = rng.normal(size=120)
+    pred = target + rng.normal(size=120)
+    np.testing.assert_allclose(_weighted_r2(target, pred, counts), [_r2(target[i], pred[i]) for i in draws],
+                               atol=1e-10)
+    one_class = np.zeros((1, 120))
+    one_class[0, np.flatnonzero(y == 1)[:5]] = 1
+    assert np.isnan(_weighted_auroc(y, score, one_class)[0])
+
+
+# --------------------------------------------------------------------------- reproducibility
+
+
+def test_same_seed_identical_tables_other_seed_other_partitions():
+    emb, y, groups = _data(n_patients=80)
+    a = representation_risk(emb, y, groups, heads=HEADS, n_partitions=2, random_state=3, **FAST)
+    b = representation_risk(emb, y, groups, heads=HEADS, n_partitions=2, random_state=3, **FAST)
+    pd.testing.assert_frame_equal(a.all_partitions, b.all_partitions)
+    pd.testing.assert_frame_equal(a.primary.comparisons, b.primary.comparisons)
+    pd.testing.assert_frame_equal(a.spread, b.spread)
+    assert a.to_dict() == b.to_dict()
+    c = representation_risk(emb, y, groups, heads=HEADS, n_partitions=2, random_state=4, **FAST)
+    assert not np.array_equal(c.primary.test_idx, a.primary.test_idx)
+    # partition i of seed s is partition 0 of seed s + i
+    assert np.array_equal(a.partitions[1].test_idx, c.primary.test_idx)
+    pd.testing.assert_frame_equal(a.partitions[1].candidates, c.primary.candidates)
+
+
+def test_to_dict_is_json_ready():
+    emb, y, groups = _data(n_patients=60)
+    res = representation_risk(emb, y, groups, heads=["linear", "knn"], n_partitions=2, **FAST)
+    out = json.loads(json.dumps(res.to_dict(), allow_nan=False))
+    assert out["primary"]["selected"] == res.primary.selected
+    assert out["settings"]["n_partitions"] == 2 and out["lookagain_facts"]["pca_components"] == 128
+    assert {"validation", "test"} == set(out["rank_correlation"])
+    assert len(out["primary"]["candidates"]) == 5 and out["primary"]["classes"] == ["0", "1"]
+
+
+def test_labels_other_than_0_1_and_auto_task():
+    emb, y, groups = _data(n_patients=60)
+    names = np.where(y == 1, "PNEUMONIA", "NORMAL")
+    res = evaluate_partition(emb, names, groups, heads=["linear"], **FAST)
+    assert res.task == "classification" and res.classes == ["NORMAL", "PNEUMONIA"]
+    direct = evaluate_partition(emb, y, groups, heads=["linear"], **FAST)
+    pd.testing.assert_frame_equal(res.candidates, direct.candidates)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+def test_too_few_patients():
+    emb, y, groups = _data(n_patients=8)
+    with pytest.raises(DataError, match=r"8 patients are too few.*at least 10 patients"):
+        evaluate_partition(emb, y, groups, **FAST)
+    emb, y, groups = _data(n_patients=60)
+    y = np.zeros_like(y)
+    y[groups < 3] = 1  # three positive patients
+    with pytest.raises(DataError, match=r"only 3 patient\(s\) have class 1.*at least 4 patients of each class"):
+        representation_risk(emb, y, groups, **FAST)
+
+
+def test_constant_target_nan_embeddings_mismatched_rows():
+    emb, y, groups = _data(n_patients=40)
+    with pytest.raises(InputError, match="constant"):
+        evaluate_partition(emb, np.ones_like(y), groups, **FAST)
+    with pytest.raises(InputError, match="constant"):
+        evaluate_partition(emb, np.full(y.size, 3.5), groups, task="regression", **FAST)
+    broken = dict(emb, noise=emb["noise"].copy())
+    broken["noise"][[3, 7], 0] = np.nan
+    with pytest.raises(InputError, match=r"embeddings of 'noise' hold NaN.*2 row\(s\)"):
+        evaluate_partition(broken, y, groups, **FAST)
+    with pytest.raises(InputError, match="different numbers of rows.*row-aligned"):
+        evaluate_partition(dict(emb, noise=emb["noise"][:-1]), y, groups, **FAST)
+    with pytest.raises(InputError, match="y has 79 values but the embeddings have 80 rows"):
+        evaluate_partition(emb, y[:-1], groups, **FAST)
+    with pytest.raises(InputError, match="y has 1 missing"):
+        evaluate_partition(emb, np.where(np.arange(y.size) == 4, np.nan, y), groups, task="regression", **FAST)
+
+
+def test_option_errors():
+    emb, y, groups = _data(n_patients=40)
+    with pytest.raises(InputError, match="non-empty mapping"):
+        evaluate_partition({}, y, groups)
+    with pytest.raises(InputError, match="non-empty mapping"):
+        evaluate_partition([emb["signal"]], y, groups)
+    with pytest.raises(InputError, match="heads must be"):
+        evaluate_partition(emb, y, groups, heads=["svm"])
+    with pytest.raises(InputError, match="union_size"):
+        evaluate_partition(emb, y, groups, union_size=1)
+    with pytest.raises(InputError, match="binary target.*3 distinct"):
+        evaluate_partition(emb, np.arange(y.size) % 3, groups, task="classification")
+    with pytest.raises(InputError, match="reserved"):
+        evaluate_partition({"union": emb["signal"]}, y, groups)
+    with pytest.raises(InputError, match="fractions"):
+        evaluate_partition(emb, y, groups, fractions=(0.8, 0.2))
+    tr, va, te = outer_partition(y, groups)
+    with pytest.raises(InputError, match="both the train and the test partition"):
+        evaluate_partition(emb, y, groups, partition=(tr, va, np.r_[te, tr[:1]]))
