@@ -68,3 +68,47 @@ def digest_of(parts: Iterable[Any]) -> str:
         digest.update(json.dumps(part, sort_keys=True, default=str).encode("utf-8"))
         digest.update(b"\x00")
     return digest.hexdigest()
+
+
+def json_ready(obj: Any, digits: int | None = None) -> Any:
+    """A copy of ``obj`` made of plain JSON types.
+
+    Mappings, sequences, sets, numpy arrays and DataFrames (as a list of
+    records) are converted recursively; numpy scalars become Python ones;
+    NaN, infinities and pandas' missing values become ``None`` (JSON has no
+    NaN); floats are rounded to ``digits`` when given; anything else becomes
+    its ``str``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> json_ready({"a": np.float32(0.123456), "b": [np.nan, np.int64(2)]}, digits=3)
+    {'a': 0.123, 'b': [None, 2]}
+    """
+    import math
+
+    import numpy as np
+    import pandas as pd
+
+    if obj is None or isinstance(obj, str):
+        return obj
+    if isinstance(obj, (bool, np.bool_)):
+        return bool(obj)
+    if isinstance(obj, (int, np.integer)):
+        return int(obj)
+    if isinstance(obj, (float, np.floating)):
+        value = float(obj)
+        if not math.isfinite(value):
+            return None
+        return round(value, digits) if digits is not None else value
+    if isinstance(obj, pd.DataFrame):
+        return json_ready(obj.to_dict(orient="records"), digits)
+    if isinstance(obj, dict) or hasattr(obj, "items"):
+        return {str(k): json_ready(v, digits) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, set, frozenset)):
+        return [json_ready(v, digits) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_ready(obj.tolist(), digits)
+    if obj is pd.NA or obj is pd.NaT:
+        return None
+    return str(obj)

@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from crslib._io import json_ready
 from crslib.errors import DataError, InputError
 from crslib.stats import auroc, bootstrap_ci
 
@@ -140,7 +141,7 @@ class PartitionAuditResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (floats rounded to 4 digits, NaN as None)."""
-        return _json_ready({
+        return json_ready(digits=4, obj={
             "model": self.model,
             "n_splits": self.n_splits,
             "confidence": self.confidence,
@@ -212,7 +213,7 @@ class ShortcutAuditResult:
 
     def to_dict(self, *, top: int = 20) -> dict[str, Any]:
         """JSON-ready summary (the ``top`` most important properties)."""
-        return _json_ready({
+        return json_ready(digits=4, obj={
             "model": self.model,
             "n_splits": self.n_splits,
             "n_repeats": self.n_repeats,
@@ -263,7 +264,7 @@ class AuditResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready nested dict (floats rounded to 4 digits, NaN as None)."""
-        return _json_ready({
+        return json_ready(digits=4, obj={
             "n_images": self.n_images,
             "label_column": self.label_column,
             "pool": list(self.pool),
@@ -281,28 +282,6 @@ class AuditResult:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2) + "\n"
-
-
-def _json_ready(obj: Any, digits: int = 4) -> Any:
-    """Plain Python types, floats rounded, NaN/inf as None."""
-    if isinstance(obj, Mapping):
-        return {str(k): _json_ready(v, digits) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_ready(v, digits) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return [_json_ready(v, digits) for v in obj.tolist()]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        value = float(obj)
-        return round(value, digits) if math.isfinite(value) else None
-    if obj is None or isinstance(obj, str):
-        return obj
-    if obj is pd.NA or obj is pd.NaT:
-        return None
-    return str(obj)
 
 
 # --------------------------------------------------------------------------- design matrix

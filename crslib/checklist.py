@@ -79,6 +79,7 @@ from typing import Any, Mapping
 import numpy as np
 import pandas as pd
 
+from crslib._io import json_ready
 from crslib.errors import InputError
 
 log = logging.getLogger(__name__)
@@ -634,7 +635,7 @@ def _check_seeds(value: Any) -> None:
     if nan:
         raise _Bad(f"{nan} is NaN; record the seeds used")
     try:
-        n_distinct = len({json.dumps(_jsonable(v), sort_keys=True) for v in value})
+        n_distinct = len({json.dumps(json_ready(v), sort_keys=True) for v in value})
     except (TypeError, ValueError):
         n_distinct = len(value)
     if n_distinct < 2:
@@ -760,26 +761,6 @@ def _assess(spec: ChecklistItemSpec, recorded: Mapping[str, Any] | None) -> list
 # --------------------------------------------------------------------------- results
 
 
-def _jsonable(value: Any) -> Any:
-    """A JSON-ready copy: NaN and infinities become None, numpy scalars plain."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, np.bool_):
-        return bool(value)
-    if isinstance(value, numbers.Integral):
-        return int(value)
-    if isinstance(value, numbers.Real):
-        x = float(value)
-        return x if math.isfinite(x) else None
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "tolist"):  # numpy arrays
-        return _jsonable(value.tolist())
-    return str(value)
-
-
 @dataclass
 class ChecklistEntry:
     """One checklist item as recorded by a run.
@@ -832,7 +813,7 @@ class ChecklistEntry:
         return float(value)
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable(
+        return json_ready(
             {
                 "number": self.number,
                 "item_id": self.item_id,
@@ -895,7 +876,7 @@ class Checklist:
             "n_complete": self.n_complete,
             "n_missing": self.n_missing,
             "items": [entry.to_dict() for entry in self.items],
-            "extra": _jsonable(self.extra),
+            "extra": json_ready(self.extra),
         }
 
     def to_json(self, indent: int | None = 2) -> str:

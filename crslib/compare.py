@@ -31,6 +31,7 @@ from crslib.agreement import (
     overlap_by_subgroup,
     overlap_ci,
 )
+from crslib._io import json_ready
 from crslib.errors import InputError
 from crslib.stats import grouped_partition
 from crslib.transfer import classifier_transfer, fit_linear_map, held_out_r2
@@ -68,18 +69,7 @@ class CompareResult:
         return out
 
     def to_json(self) -> str:
-        return json.dumps(_finite(self.to_dict()), indent=2, sort_keys=False) + "\n"
-
-
-def _finite(obj: Any) -> Any:
-    """NaN is not valid JSON: write it as null."""
-    if isinstance(obj, float) and not np.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_finite(v) for v in obj]
-    return obj
+        return json.dumps(json_ready(self.to_dict()), indent=2, sort_keys=False) + "\n"
 
 
 def binary_label_frame(manifest: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:

@@ -54,6 +54,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
+from crslib._io import json_ready
 from crslib.errors import DataError, InputError
 from crslib.metrics import metric_score
 from crslib.stats import grouped_partition, resample_indices
@@ -643,26 +644,6 @@ def _fit_head(head: str, Z, y, tr, folds, task, seed):
 # --------------------------------------------------------------------------- results
 
 
-def _json_ready(obj: Any, digits: int = 4) -> Any:
-    """Plain Python types, floats rounded, NaN/inf as None."""
-    if isinstance(obj, pd.DataFrame):
-        return _json_ready(obj.to_dict(orient="records"), digits)
-    if isinstance(obj, Mapping):
-        return {str(k): _json_ready(v, digits) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, np.ndarray)):
-        return [_json_ready(v, digits) for v in (obj.tolist() if isinstance(obj, np.ndarray) else obj)]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        value = float(obj)
-        return round(value, digits) if math.isfinite(value) else None
-    if obj is None or isinstance(obj, str):
-        return obj
-    return str(obj)
-
-
 @dataclass
 class PartitionResult:
     """The workflow on one patient-grouped train / validation / test partition.
@@ -738,7 +719,7 @@ class PartitionResult:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (floats rounded to 4 digits, NaN as None)."""
-        return _json_ready({
+        return json_ready(digits=4, obj={
             "partition": self.partition,
             "random_state": self.random_state,
             "task": self.task,
@@ -811,7 +792,7 @@ class RiskResult:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready summary (floats rounded to 4 digits, NaN as None)."""
         scores = self.selected_test_scores
-        return _json_ready({
+        return json_ready(digits=4, obj={
             "task": self.task,
             "metric": self.metric,
             "secondary_metric": self.secondary_metric,
