@@ -11,6 +11,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["MPLBACKEND"] = "Agg"
 os.environ.setdefault("CRS_CACHE_DIR", tempfile.mkdtemp(prefix="crs-test-cache-"))
 
+import shutil  # noqa: E402
+
 import crslib  # noqa: E402,F401  (applies the torchvision import fix first)
 import pytest  # noqa: E402
 
@@ -20,3 +22,16 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def repo_root() -> Path:
     return REPO_ROOT
+
+
+@pytest.fixture(scope="session")
+def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
+    """A copy of the book sources, built with the quick preset (runs once per session)."""
+    root = tmp_path_factory.mktemp("book")
+    for name in ["_config.yml", "_toc.yml"]:
+        shutil.copy2(repo_root / name, root / name)
+    shutil.copytree(repo_root / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
+    from crslib.runner import build_book
+
+    record = build_book("quick", run_root=root / "runs", book_root=root)
+    return root, record

@@ -9,20 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from crslib.runner import build_book
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="session")
-def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
-    """A copy of the book sources, built with the quick preset (runs once per session)."""
-    root = tmp_path_factory.mktemp("book")
-    for name in ["_config.yml", "_toc.yml"]:
-        shutil.copy2(repo_root / name, root / name)
-    shutil.copytree(repo_root / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
-    record = build_book("quick", run_root=root / "runs", book_root=root)
-    return root, record
 
 
 def test_every_notebook_ran_without_errors(quick_book) -> None:

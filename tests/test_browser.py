@@ -1,0 +1,135 @@
+"""Headless Chromium loads every page of the quick book from a local HTTP server.
+
+Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
+them). Without them the test is skipped with a message saying how to install
+them, except under ``CI=true``, where it fails instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import os
+import shutil
+import sys
+import threading
+from pathlib import Path
+from urllib.parse import unquote, urldefrag, urlparse
+
+import pytest
+
+
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+INSTALL_HINT = "install Debian's chromium and chromium-driver (apt-get install -y chromium chromium-driver)"
+# Flags for a closed network: no background connections that would fail and
+# flood the console, no sandbox (CI runs as root), a fresh profile.
+CHROMIUM_FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                  "--disable-dev-shm-usage", "--window-size=1280,1600")
+
+
+def _require_chromium() -> None:
+    if Path(CHROMIUM).is_file() and Path(CHROMEDRIVER).is_file():
+        return
+    message = f"headless Chromium not found ({CHROMIUM}, {CHROMEDRIVER}): {INSTALL_HINT}"
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format, *args):  # noqa: A002 - the base class's name
+        pass
+
+
+@pytest.fixture(scope="module")
+def site(quick_book):
+    """The built HTML served on localhost: (base URL, html folder)."""
+    root, record = quick_book
+    html_dir = Path(record.html_index).parent
+    handler = functools.partial(_QuietHandler, directory=str(html_dir))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/", html_dir
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    _require_chromium()
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not try to download a driver
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path_factory.mktemp('chromium-profile')}")
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def _pages(html_dir: Path) -> list[Path]:
+    skip = {"_static", "_sources", "_images", "_sphinx_design_static", "_panels_static"}
+    return sorted(p for p in html_dir.rglob("*.html") if not (set(p.relative_to(html_dir).parts) & skip))
+
+
+@pytest.mark.slow
+def test_every_page_loads_without_errors_with_images_and_working_links(site, browser, quick_book) -> None:
+    base, html_dir = site
+    root, _ = quick_book
+    shots = root / "_build" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    pages = _pages(html_dir)
+    assert len(pages) >= 10, [p.name for p in pages]
+    problems: list[str] = []
+    notebook_figures: dict[str, int] = {}
+    for page in pages:
+        rel = page.relative_to(html_dir).as_posix()
+        browser.get(base + rel)
+        browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")  # load lazy images
+        browser.execute_async_script(
+            "const done = arguments[arguments.length - 1];"
+            "Promise.all(Array.from(document.images).map(i => i.complete ? 0 : new Promise(r => {"
+            "i.onload = i.onerror = r;}))).then(() => done());"
+        )
+        for entry in browser.get_log("browser"):
+            if entry.get("level") == "SEVERE":
+                problems.append(f"{rel}: console error: {entry.get('message')}")
+        images = browser.execute_script(
+            "return Array.from(document.images).map(i => [i.getAttribute('src'), i.naturalWidth]);")
+        problems += [f"{rel}: image not loaded: {src}" for src, width in images if not width]
+        if rel.startswith("book/generated/"):
+            notebook_figures[rel] = sum(1 for src, width in images if width and "_images/" in (src or ""))
+        links = browser.execute_script("return Array.from(document.querySelectorAll('a[href]')).map(a => a.href);")
+        for href in links:
+            parsed = urlparse(href)
+            if not href.startswith(base) or parsed.scheme not in ("http", "https"):
+                continue
+            target = html_dir / unquote(urldefrag(parsed.path)[0].lstrip("/"))
+            if target.is_dir():
+                target = target / "index.html"
+            if not target.exists():
+                problems.append(f"{rel}: broken internal link {href}")
+        browser.save_screenshot(str(shots / (rel.replace("/", "__") + ".png")))
+    assert not problems, "\n".join(problems[:30])
+    assert notebook_figures, "no notebook page was found under book/generated/"
+    for rel, count in notebook_figures.items():
+        assert count >= 1, f"{rel} shows no figure in the browser"
+    assert len(list(shots.glob("*.png"))) == len(pages)
+
+
+@pytest.mark.parametrize("ci, outcome", [("", pytest.skip.Exception), ("true", pytest.fail.Exception)])
+def test_missing_chromium_skips_outside_ci_and_fails_in_ci(monkeypatch, ci, outcome) -> None:
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setenv("CI", ci)
+    with pytest.raises(outcome, match="apt-get install -y chromium chromium-driver"):
+        _require_chromium()
