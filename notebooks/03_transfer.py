@@ -83,7 +83,7 @@ display(Markdown(
 # classifier then scores the mapped test images. CIs are bootstrap
 # intervals over test patients.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "AUROC retention per finding when the old model's classifiers score the new model's embeddings mapped into the old space.", "name": "fig-03-4"}, "image": {"alt": "Bar charts of AUROC retention per finding for each new model"}}
 tables = []
 for spec in candidates:
     table = classifier_transfer(
@@ -122,7 +122,7 @@ summary.round(3)
 # images than the paper's largest n, so the sweep stops at what the data
 # allows).
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean retention and the map's held-out R² as the number of unlabelled map images grows; the paper's 0.987 at n = 4,096 for reference.", "name": "fig-03-6"}, "image": {"alt": "Line plot of retention and R² against the number of map images"}}
 sweep = transfer_sweep(embeddings[old_model], embeddings[candidates[0]], labels, groups=groups,
                        n_resamples=min(n_resamples, 200), random_state=seed)
 sweep.to_csv(results / "retention_by_n.csv", index=False)

@@ -150,7 +150,7 @@ display(Markdown(
 # backbones and the gap between the two policies are the two effects the
 # paper compares.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Test AUROC (95% patient-grouped bootstrap CI) of each backbone, frozen and fine-tuned, on the Kermany-like phantom.", "name": "fig-04-6"}, "image": {"alt": "Dot plot with intervals of test AUROC per backbone and training policy"}}
 head = protocol.headline_table(grid, rule=reported_rule).reset_index()
 head["backbone"] = head["backbone"].map(short)
 order = head[head.policy == "frozen"].sort_values("auroc")["backbone"].tolist()
@@ -177,7 +177,7 @@ table
 # accuracy on test for each backbone (frozen, first seed). AUROC does not
 # change with the threshold; everything a clinician would act on does.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Test balanced accuracy of each backbone under five threshold rules fitted on validation.", "name": "fig-04-8"}, "image": {"alt": "Dot plots of balanced accuracy per backbone and threshold rule, frozen and fine-tuned"}}
 ba = grid[(grid.metric == "balanced_accuracy") & (grid.seed == seed_list[0])].copy()
 ba["backbone"] = ba["backbone"].map(short)
 fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(order) + 1.6), sharey=True)
@@ -203,7 +203,7 @@ plt.show()
 # backbone, policy and seed; balanced accuracy for the threshold, which
 # cannot move AUROC.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean absolute change of the headline metric per factor in this run; diamonds: the paper's Kermany values.", "name": "fig-04-10"}, "image": {"alt": "Bar chart of the effect of backbone, policy, threshold rule and seed"}}
 effects = protocol.effect_summary(grid)
 effects.to_csv(results / "effect_summary.csv", index=False)
 fig, ax = plt.subplots(figsize=(6.5, 3.0))
@@ -268,7 +268,7 @@ gap.round(3)
 # the Brier score on the test split, before and after temperature and Platt
 # scaling fitted on the validation rows.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Reliability diagram of the reported model on the test split before and after validation-fitted scaling, with bootstrap bands.", "name": "fig-04-16"}, "image": {"alt": "Reliability diagram: observed against predicted probability"}}
 calibration = protocol.validation_to_test(predictions, what="calibration")
 calibration.to_csv(results / "calibration_transfer.csv", index=False)
 cal_summary = calibration.groupby(["policy", "method"])[

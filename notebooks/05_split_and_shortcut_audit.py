@@ -105,7 +105,7 @@ summary.groupby(["split", "label"]).agg(
 # narrow; the permutation p-value (the split shuffled between whole
 # patients and the cross-validation rerun) is the test of "no difference".
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Partition classifier AUC (training pool vs official test split) from embeddings and file properties, overall and per class, with and without the injected effects.", "name": "fig-05-4"}, "image": {"alt": "Dot plots with intervals of partition AUC by source and class"}}
 def partition_rows(res, name):
     rows = []
     for source, part in (("embeddings", res.partition_embeddings), ("file properties", res.partition_properties)):
@@ -161,7 +161,7 @@ partition[["data", "source", "scope", "auc", "low", "high", "p_value", "n_pool",
 # shortcut every property carries it redundantly, so shuffling any one
 # changes little).
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Balanced accuracy of the file-property classifier in the pool and on the test split, and the file properties that carry the label.", "name": "fig-05-6"}, "image": {"alt": "Dot plot of shortcut balanced accuracy and bar chart of single-property accuracy"}}
 rows = []
 for name, res in (("phantom with shortcut", result), ("phantom without", result_null)):
     rows.append(res.shortcut.table.assign(data=name))

@@ -149,7 +149,7 @@ for task in task_list:
 # partition, ranked within each task (1 = best). If one encoder were best
 # everywhere, its column would be all ones.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Test score and rank of each encoder (its validation-best head) for each task, first partition.", "name": "fig-06-6"}, "image": {"alt": "Heatmap of encoder ranks per task"}}
 best = (candidates[candidates.encoder != risk.UNION]
         .sort_values("val_score", ascending=False)
         .groupby(["task", "encoder"], as_index=False).first())
@@ -181,7 +181,7 @@ display(Markdown(verdict))
 # resamples in which the candidate is better. An interval that covers 0
 # means the data cannot tell the two apart.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Paired test differences of each linear-head candidate from the selected candidate, with 95% CIs.", "name": "fig-06-8"}, "image": {"alt": "Dot plots with intervals of score differences from the selected candidate"}}
 rows = []
 for task in task_list:
     comp = outcomes[task].primary.comparisons.copy()
@@ -212,7 +212,7 @@ comparisons.groupby("task").apply(
 # on re-drawn patient-grouped partitions: how often each encoder is
 # selected, and how much the selected candidate's test score moves.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "How often each encoder was selected over repeated partitions, and the selected candidate's test score in each partition.", "name": "fig-06-10"}, "image": {"alt": "Bar chart of selection shares and strip plot of test scores"}}
 counts = pd.concat([outcomes[t].selection_counts.assign(task=t) for t in task_list], ignore_index=True)
 counts.to_csv(results / "selection_counts.csv", index=False)
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.3, 1]})

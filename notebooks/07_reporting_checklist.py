@@ -77,7 +77,7 @@ frame
 # the paper's values is not the point, finding the effects and reporting
 # them is.
 
-# %% tags=["hide-input"]
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Each checklist item's effect measured in this run, beside the paper's Kermany value.", "name": "fig-07-4"}, "image": {"alt": "Bar chart of the effect per checklist item with the paper's values as diamonds"}}
 shown = frame[np.isfinite(frame["effect_value"].astype(float))].copy()
 fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(len(shown), 1) + 1.2))
 if len(shown):

@@ -129,3 +129,28 @@ def test_representation_risk_tables_cover_three_tasks(quick_book) -> None:
         assert candidates["selected"].sum() == 1
     stability = pd.read_csv(results / "stability.csv", index_col=0)
     assert set(stability.index) == {"label", "finding_cardiomegaly", "age"}
+
+
+def test_reproducibility_page_names_the_run_and_its_hashes(quick_book) -> None:
+    root, record = quick_book
+    page = root / "_build/html/book/generated/reproducibility.html"
+    text = page.read_text(encoding="utf-8")
+    assert record.run_id in text and "crs book --config" in text
+    assert "content SHA-256" in text and "numpy" in text
+    saved = json.loads((Path(record.run_dir) / "run.json").read_text())
+    assert saved["provenance"]["data"], "the run records a content hash of each data set"
+    assert all(len(v["content_sha256"]) == 64 for v in saved["provenance"]["data"].values())
+    for entry in record.notebooks:
+        assert entry.name in text
+
+
+def test_reference_pages_document_the_library_and_the_command(quick_book) -> None:
+    root, _ = quick_book
+    api = (root / "_build/html/book/reference/api.html").read_text(encoding="utf-8")
+    for name in ("mutual_knn_overlap", "protocol_grid", "run_audit", "representation_risk", "build_checklist"):
+        assert name in api, name
+    cli = (root / "_build/html/book/reference/cli.html").read_text(encoding="utf-8")
+    for command in ("crs phantom", "crs audit", "crs risk", "crs checklist", "--min-overlap"):
+        assert command in cli, command
+    bibliography = (root / "_build/html/book/reference/bibliography.html").read_text(encoding="utf-8")
+    assert "TRIPOD+AI" in bibliography and "Kermany" in bibliography
