@@ -266,7 +266,8 @@ def run_notebooks(
         versions=package_versions(),
     )
     for source in notebooks:
-        parameters = resolve_parameters(config, source)
+        # every parameter the notebook ran with, its defaults included, so that run.json is complete
+        parameters = {**notebook_parameters(source), **resolve_parameters(config, source)}
         parameters["results_dir"] = str(run_dir / "results" / source.stem)
         output = run_dir / "notebooks" / f"{source.stem}.ipynb"
         log.info("executing %s with %s", source.name, parameters)

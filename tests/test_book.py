@@ -135,7 +135,7 @@ def test_reproducibility_page_names_the_run_and_its_hashes(quick_book) -> None:
     root, record = quick_book
     page = root / "_build/html/book/generated/reproducibility.html"
     text = page.read_text(encoding="utf-8")
-    assert record.run_id in text and "crs book --config" in text
+    assert record.run_id in text and f"runs/{record.run_id}/config.yaml" in text
     assert "content SHA-256" in text and "numpy" in text
     saved = json.loads((Path(record.run_dir) / "run.json").read_text())
     assert saved["provenance"]["data"], "the run records a content hash of each data set"
