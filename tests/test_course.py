@@ -1,0 +1,212 @@
+"""The Course part of the book: every worked solution runs and prints its answer.
+
+Each ``book/course/exercises_NN.md`` page holds exercises whose solutions sit
+in ``{dropdown} Solution`` blocks. The fast tests check the pages' structure
+(at least two solutions per page, every solution prints an ``Answer:`` line,
+the syllabus links every page). The slow test extracts the ``python`` code of
+every solution and runs a page's solutions one after the other in a
+subprocess, each in a fresh namespace (so no solution can lean on a variable
+of another), then checks the printed answers, including the known values
+(an overlap of exactly 1.0, the injected temperature, the item that goes
+missing).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+COURSE = Path(__file__).resolve().parent.parent / "book" / "course"
+PAGES = sorted(COURSE.glob("exercises_*.md"))
+PAGE_TIMEOUT_S = 600  # generous: a busy 2-core machine can be several times slower than an idle one
+
+_DROPDOWN_OPEN = re.compile(r"^(?P<fence>`{3,}|:{3,})\{dropdown\}\s*(?P<title>.*?)\s*$")
+_CODE_OPEN = re.compile(r"^(?P<fence>`{3,})\s*(?P<lang>[\w+-]*)\s*$")
+
+
+def solution_blocks(text: str) -> list[str]:
+    """The ``python`` code of each ``{dropdown} Solution`` block, one string per block."""
+    lines = text.splitlines()
+    solutions: list[str] = []
+    i = 0
+    while i < len(lines):
+        opened = _DROPDOWN_OPEN.match(lines[i])
+        if not opened or not opened["title"].startswith("Solution"):
+            i += 1
+            continue
+        fence = opened["fence"]
+        end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == fence), None)
+        assert end is not None, f"unclosed {fence}{{dropdown}} Solution block at line {i + 1}"
+        body = lines[i + 1:end]
+        code: list[str] = []
+        k = 0
+        while k < len(body):
+            block = _CODE_OPEN.match(body[k])
+            if block and block["lang"] == "python":
+                inner = block["fence"]
+                close = next(m for m in range(k + 1, len(body)) if body[m].strip() == inner)
+                code.append("\n".join(body[k + 1:close]))
+                k = close + 1
+            else:
+                k += 1
+        solutions.append("\n\n".join(code))
+        i = end + 1
+    return solutions
+
+
+def _page_id(page: Path) -> str:
+    return page.stem
+
+
+# The driver runs each solution in a fresh namespace and marks where each starts.
+_DRIVER = textwrap.dedent(
+    """
+    import json, sys, traceback
+    solutions = json.load(open(sys.argv[1]))
+    for number, code in enumerate(solutions, 1):
+        print(f"=== solution {number} ===", flush=True)
+        try:
+            exec(compile(code, f"<solution {number}>", "exec"), {"__name__": "__main__"})
+        except BaseException:
+            traceback.print_exc()
+            sys.exit(1)
+        sys.stdout.flush()
+    """
+)
+
+
+def _number(pattern: str, output: str) -> float:
+    match = re.search(pattern, output)
+    assert match, f"no line matches {pattern!r} in:\n{output}"
+    return float(match.group(1))
+
+
+def _check_01(out: str) -> None:
+    assert "patients in more than one split: 0" in out
+    random_source = _number(r"Answer: random init: silhouette by source (-?[\d.]+)", out)
+    random_label = _number(r"Answer: random init: .* by label (-?[\d.]+)", out)
+    trained_label = _number(r"Answer: trained: .* by label (-?[\d.]+)", out)
+    assert random_source > random_label + 0.3, "a random network should be organised by site, not label"
+    assert trained_label > random_label + 0.1, "training on the findings should separate the label"
+    assert "same key after a re-run: True; same key after changing one image: False" in out
+    assert "rows whose embedding changed: 1 of 40" in out
+
+
+def _check_02(out: str) -> None:
+    for case in ["identical embeddings", "orthogonal rotation", "rescaled by 7"]:
+        assert f"Answer: {case} -> overlap 1.000" in out
+    noise = _number(r"independent noise -> overlap ([\d.]+)", out)
+    chance = _number(r"chance k/\(N-1\) = ([\d.]+)", out)
+    assert abs(noise - chance) < 0.015, "independent embeddings should agree at chance level"
+    assert _number(r"two random-init networks share ([\d.]+)", out) > 3 * _number(r"x chance \(([\d.]+)\)", out)
+    same = _number(r"same objective, other seed ([\d.]+)", out)
+    assert same > _number(r"; chance ([\d.]+)", out)
+
+
+def _check_03(out: str) -> None:
+    assert _number(r"linear change of basis: held-out R2 (-?[\d.]+)", out) > 0.99
+    assert _number(r"linear change of basis: .* retention (-?[\d.]+)", out) > 0.97
+    assert _number(r"unrelated encoder: held-out R2 (-?[\d.]+)", out) < 0.05
+    assert 0.35 < _number(r"unrelated encoder: .* -> ([\d.]+), retention", out) < 0.65
+    assert _number(r"course-supervised_multilabel-seed1: .* retention ([\d.]+)", out) > 0.8
+
+
+def _check_04(out: str) -> None:
+    assert re.search(r"Answer: test AUROC [\d.]+ for every rule", out)
+    assert 2.7 < _number(r"fitted temperature ([\d.]+) \(injected: 3\)", out) < 3.3
+    before = _number(r"Answer: test ECE ([\d.]+) before", out)
+    after = _number(r"Answer: test ECE [\d.]+ before, ([\d.]+) after", out)
+    assert after < before / 2
+    assert _number(r"fitted on test: .* on test ([\d.]+)", out) >= 0.9
+
+
+def _check_05(out: str) -> None:
+    assert _number(r"shortcut_strength=1.0: pool ([\d.]+)", out) >= 0.95
+    assert _number(r"shortcut_strength=0.0: pool ([\d.]+)", out) <= 0.7
+    assert _number(r"split_shift=1.0: .* permutation p = ([\d.]+)", out) <= 0.05
+    assert _number(r"split_shift=0.0: .* permutation p = ([\d.]+)", out) > 0.05
+
+
+def _check_06(out: str) -> None:
+    assert "Answer: informative selected in 3 of 3 partitions, random init in 0" in out
+    label = r"Answer: label \(classification, auroc\): selected \{'EfficientNet-Lite0 \(ImageNet\)': 3"
+    assert re.search(label, out), "the ImageNet encoder should win every partition for the label"
+    assert "Answer: the paired interval covers 0: True" in out
+
+
+def _check_07(out: str) -> None:
+    assert "honest run: 7 of 7 complete" in out
+    assert ("Answer: item 3 (Threshold rule and where it was fitted) is missing: "
+            "threshold fitted on the test split") in out
+    assert "Answer: 6 of 7 complete" in out
+    assert "Answer: only 1 distinct seed recorded" in out
+    assert "Answer: with three seeds and five partitions the item is complete" in out
+    assert re.search(r"Answer: threshold effect [\d.]+ balanced accuracy; 2 of 7 items complete", out)
+
+
+CHECKS: dict[str, Callable[[str], None]] = {
+    "exercises_01": _check_01,
+    "exercises_02": _check_02,
+    "exercises_03": _check_03,
+    "exercises_04": _check_04,
+    "exercises_05": _check_05,
+    "exercises_06": _check_06,
+    "exercises_07": _check_07,
+}
+
+
+def test_there_is_one_exercises_page_per_study_notebook() -> None:
+    notebooks = sorted(p.stem[:2] for p in (COURSE.parent.parent / "notebooks").glob("[0-9][0-9]_*.py"))
+    assert [p.stem.removeprefix("exercises_") for p in PAGES] == notebooks
+    assert set(CHECKS) == {p.stem for p in PAGES}
+
+
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_every_page_has_worked_solutions_that_print_an_answer(page: Path) -> None:
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# Exercises: "), "title the page 'Exercises: ...'"
+    solutions = solution_blocks(text)
+    assert len(solutions) >= 2, f"{page.name}: {len(solutions)} solution(s), expected at least 2"
+    for number, code in enumerate(solutions, 1):
+        assert code.strip(), f"{page.name}: solution {number} holds no python code"
+        compile(code, f"{page.name} solution {number}", "exec")
+        assert 'print(f"Answer:' in code or "print('Answer:" in code or 'print("Answer:' in code, (
+            f"{page.name}: solution {number} prints no 'Answer:' line")
+    assert ":animate: fade-in" in text
+
+
+def test_syllabus_links_every_exercises_page_and_chapter() -> None:
+    syllabus = (COURSE / "syllabus.md").read_text(encoding="utf-8")
+    for page in PAGES:
+        assert re.search(r"\{doc\}`(?:[^`<]*<)?" + page.stem + r">?`", syllabus), f"no {{doc}} link to {page.stem}"
+    for notebook in sorted((COURSE.parent.parent / "notebooks").glob("[0-9][0-9]_*.py")):
+        assert f"../generated/{notebook.stem}" in syllabus, f"the syllabus does not link {notebook.stem}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", PAGES, ids=_page_id)
+def test_solutions_run_and_print_their_answers(page: Path, tmp_path: Path) -> None:
+    import json
+
+    solutions = solution_blocks(page.read_text(encoding="utf-8"))
+    (tmp_path / "solutions.json").write_text(json.dumps(solutions), encoding="utf-8")
+    (tmp_path / "driver.py").write_text(_DRIVER, encoding="utf-8")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "MPLBACKEND": "Agg", "PYTHONDONTWRITEBYTECODE": "1"}
+    result = subprocess.run(
+        [sys.executable, str(tmp_path / "driver.py"), str(tmp_path / "solutions.json")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=PAGE_TIMEOUT_S,
+    )
+    out = result.stdout
+    assert result.returncode == 0, f"{page.name}: a solution failed\n{out[-3000:]}\n{result.stderr[-6000:]}"
+    parts = re.split(r"^=== solution \d+ ===$", out, flags=re.MULTILINE)[1:]
+    assert len(parts) == len(solutions)
+    for number, part in enumerate(parts, 1):
+        assert re.search(r"^Answer:", part, flags=re.MULTILINE), f"{page.name}: solution {number}: no answer"
+    CHECKS[page.stem](out)
