@@ -59,3 +59,26 @@ def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
         raise ConfigError(f"config file {path} must hold a mapping at its top level")
     config.setdefault("name", path.stem)
     return config
+
+
+def progress_enabled(progress: bool | None = None) -> bool:
+    """Whether long work shows a tqdm bar.
+
+    ``progress`` decides when given; otherwise a bar is shown when standard
+    error is a terminal and ``CI`` is not set (CI logs stay readable).
+
+    Examples
+    --------
+    >>> progress_enabled(True), progress_enabled(False)
+    (True, False)
+    """
+    import sys
+
+    if progress is not None:
+        return bool(progress)
+    if os.environ.get("CI"):
+        return False
+    try:
+        return bool(sys.stderr.isatty())
+    except (AttributeError, ValueError):
+        return False

@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from crslib._io import atomic_write_bytes, atomic_write_json, atomic_write_text, digest_of, file_sha256
-from crslib.config import cache_dir
+from crslib.config import cache_dir, progress_enabled
 from crslib.errors import DataError, ImageReadError, InputError
 
 logger = logging.getLogger(__name__)
@@ -941,7 +941,7 @@ def load_medmnist(npz_path: str | os.PathLike, *, out_dir: str | os.PathLike | N
         manifest_path.unlink(missing_ok=True)
         atomic_write_json(marker, {"sha256": sha, "source": npz_path.name})
         progress = tqdm(total=total, desc=f"writing {npz_path.name} PNGs", unit="img",
-                        disable=not _progress_enabled())
+                        disable=not progress_enabled())
         for split, (_, labels) in plan.items():
             images = _medmnist_images(npz_path, archive, split)  # one split in memory at a time
             for index in range(images.shape[0]):
@@ -963,12 +963,6 @@ def load_medmnist(npz_path: str | os.PathLike, *, out_dir: str | os.PathLike | N
     write_manifest(manifest, manifest_path)
     logger.info("wrote %d MedMNIST images of %s to %s", len(manifest), npz_path.name, out)
     return read_manifest(manifest_path)
-
-
-def _progress_enabled() -> bool:
-    import sys
-
-    return bool(getattr(sys.stderr, "isatty", lambda: False)()) and not os.environ.get("CI")
 
 
 # --------------------------------------------------------------------------- DICOM folders
@@ -1380,6 +1374,21 @@ def _read_dicom(path: Path, max_pixels: int) -> np.ndarray:
         raise ImageReadError(path, f"cannot apply the DICOM LUTs ({photometric}): {exc}") from None
 
 
+def _check_image_file(path: Path) -> int:
+    """The file's size; ImageReadError when it is missing, a folder or empty."""
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError:
+        raise ImageReadError(path, "no such file") from None
+    except OSError as exc:
+        raise ImageReadError(path, f"cannot access: {exc}") from None
+    if path.is_dir():
+        raise ImageReadError(path, "is a folder, not an image file")
+    if size == 0:
+        raise ImageReadError(path, "empty file (0 bytes)")
+    return size
+
+
 def read_image(path: str | os.PathLike, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> np.ndarray:
     """Read an image file as float32 in [0, 1], shape (H, W, C), C = 1 or 3.
 
@@ -1430,16 +1439,7 @@ def read_image(path: str | os.PathLike, *, max_pixels: int = DEFAULT_MAX_PIXELS)
     ((512, 512, 1), dtype('float32'), True)
     """
     path = Path(path)
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise ImageReadError(path, "no such file") from None
-    except OSError as exc:
-        raise ImageReadError(path, f"cannot access: {exc}") from None
-    if path.is_dir():
-        raise ImageReadError(path, "is a folder, not an image file")
-    if size == 0:
-        raise ImageReadError(path, "empty file (0 bytes)")
+    _check_image_file(path)
     if path.suffix.lower() == ".dcm" or _has_dicom_magic(path):
         array = _read_dicom(path, max_pixels)
     else:
@@ -1708,16 +1708,7 @@ def _dicom_header_row(ds: Any) -> dict[str, Any]:
 
 
 def _one_file_properties(path: Path) -> dict[str, Any]:
-    try:
-        size = path.stat().st_size
-    except FileNotFoundError:
-        raise ImageReadError(path, "no such file") from None
-    except OSError as exc:
-        raise ImageReadError(path, f"cannot access: {exc}") from None
-    if path.is_dir():
-        raise ImageReadError(path, "is a folder, not an image file")
-    if size == 0:
-        raise ImageReadError(path, "empty file (0 bytes)")
+    size = _check_image_file(path)
     if path.suffix.lower() == ".dcm" or _has_dicom_magic(path):
         row = _dicom_properties(path)
     else:
@@ -1831,7 +1822,7 @@ def file_properties(
         ids = [p.stem for p in paths]
     rows: list[dict[str, Any]] = []
     skipped: list[dict[str, str]] = []
-    show = _progress_enabled() if progress is None else bool(progress)
+    show = progress_enabled(progress)
     for image_id, path in zip(ids, tqdm(paths, desc="file properties", unit="file", disable=not show)):
         try:
             row = _one_file_properties(path)

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,7 @@ import pandas as pd
 
 import crslib  # noqa: F401  (applies the torchvision import fix before torch)
 from crslib._io import atomic_save_npy, atomic_write_json, digest_of, file_sha256
-from crslib.config import cache_dir
+from crslib.config import cache_dir, progress_enabled
 from crslib.encoders import Encoder
 from crslib.errors import DataError, ImageReadError, InputError, ModelError
 
@@ -314,17 +313,6 @@ def _default_workers(n_images: int) -> int:
     return min(4, cpus // 4)
 
 
-def _progress_enabled(progress: bool | None) -> bool:
-    if progress is not None:
-        return bool(progress)
-    if os.environ.get("CI"):
-        return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 # --------------------------------------------------------------------------- main entry
 
 
@@ -555,7 +543,7 @@ def _compute_shards(todo: list[_Shard], paths: list[str], ids: np.ndarray, encod
     )
     pending: dict[int, dict[str, Any]] = {}
     done = 0
-    bar = tqdm(total=n_images, desc=f"embed {encoder.name}", unit="img", disable=not _progress_enabled(progress),
+    bar = tqdm(total=n_images, desc=f"embed {encoder.name}", unit="img", disable=not progress_enabled(progress),
                leave=False)
     try:
         for b, (positions, batch, errors) in enumerate(loader):

@@ -41,8 +41,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
-import sys
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -55,6 +53,7 @@ import pandas as pd
 
 from crslib import stats
 from crslib._io import json_ready
+from crslib.config import progress_enabled
 from crslib.errors import DataError, InputError
 from crslib.metrics import metric_score
 from crslib.stats import grouped_partition, resample_indices
@@ -1098,17 +1097,6 @@ def _one_thread():
     return threadpool_limits(limits=1)
 
 
-def _progress_enabled(progress: bool | None) -> bool:
-    if progress is not None:
-        return bool(progress)
-    if os.environ.get("CI"):
-        return False
-    try:
-        return sys.stderr.isatty()
-    except (AttributeError, ValueError):
-        return False
-
-
 def _mean_spearman(matrix: np.ndarray) -> float:
     """Mean Spearman correlation between the rows of a (partitions x encoders) score matrix."""
     from scipy.stats import rankdata
@@ -1186,7 +1174,7 @@ def representation_risk(
     results = []
     with _one_thread():
         for i in tqdm(range(n_partitions), desc="representation risk", unit="partition",
-                      disable=not _progress_enabled(progress), leave=False):
+                      disable=not progress_enabled(progress), leave=False):
             parts = _partition(yv, g, task, fractions_, seed + i)
             results.append(_evaluate(X, yv, g, task, parts, classes=classes, random_state=seed + i, partition=i,
                                      **opts))

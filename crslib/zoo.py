@@ -110,7 +110,7 @@ import pandas as pd
 
 import crslib  # noqa: F401  (applies the torchvision import fix before torch/timm)
 from crslib._io import atomic_write_bytes, atomic_write_json, atomic_write_text, digest_of, file_sha256
-from crslib.config import cache_dir, load_preset
+from crslib.config import cache_dir, load_preset, progress_enabled
 from crslib.errors import ConfigError, DataError, InputError, ModelError
 
 log = logging.getLogger(__name__)
@@ -719,14 +719,6 @@ class _Pool:
     std: float
 
 
-def _progress_enabled(progress: bool | None) -> bool:
-    import sys
-
-    if progress is not None:
-        return bool(progress)
-    return bool(getattr(sys.stderr, "isatty", lambda: False)()) and not os.environ.get("CI")
-
-
 def _load_pool(manifest: pd.DataFrame, image_size: int, show: bool) -> _Pool:
     """The training pool (split == "train") as one tensor, ordered by image
     content hash so that training does not depend on the manifest's row order."""
@@ -1034,7 +1026,7 @@ def train_zoo(
     image_size = int(image_size if image_size is not None else 64)
     if image_size < 16 or image_size % 16:
         raise InputError(f"image_size must be a multiple of 16 (the encoders' stride), got {image_size}")
-    show = _progress_enabled(progress)
+    show = progress_enabled(progress)
     root = _zoo_root(cache_root)
     t_start = time.perf_counter()
     pool = _load_pool(manifest, image_size, show)
@@ -1715,7 +1707,7 @@ def finetune_classifier(
             pass
         log.warning("fine-tuning cache %s is unreadable or stale; recomputing", out_path)
 
-    show = _progress_enabled(progress)
+    show = progress_enabled(progress)
     t0 = time.perf_counter()
     images = [read_image(p) for p in manifest["path"].astype(str)]
     x_all = encoder.preprocess_batch(images).float()
