@@ -38,6 +38,7 @@ results_dir = "results/01_data_and_embeddings"
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from IPython.display import Markdown, display
 from sklearn.metrics import silhouette_score
@@ -78,22 +79,40 @@ summary
 # border and the position of the laterality marker, the kind of signature by
 # which real hospitals' images differ.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Sample phantom images grouped by source (site), view and finding.", "name": "fig-01-6"}, "image": {"alt": "Grids of small synthetic chest-radiograph-like images"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Sample phantom images grouped by source (site), view and finding: one panel per grouping, each image titled with its group.", "name": "fig-01-6"}, "image": {"alt": "Three stacked grids of small synthetic chest-radiograph-like images: examples by source, by view and with each finding"}}
+panels = []  # (title, images, image titles, columns): one panel of the figure each
 for column in ["source", "view"]:
     rows = crs_data.select_examples(manifest, by=column, n_per_group=examples_per_group, seed=seed)
     images = [crs_data.read_image(path) for path in rows["path"]]
-    figure = plots.image_grid(images, titles=rows[column].astype(str).tolist(),
-                              ncols=examples_per_group * 2)
-    figure.suptitle(f"Examples by {column}", y=1.02)
-    plt.show()
+    panels.append((f"Examples by {column}", images, rows[column].astype(str).tolist(), examples_per_group * 2))
 
 if finding_columns:
     positives = crs_data.select_examples(manifest, by=finding_columns, n_per_group=2, seed=seed)
     images = [crs_data.read_image(path) for path in positives["path"]]
-    figure = plots.image_grid(images, titles=positives["group"].str.removeprefix("finding_").tolist(),
-                              ncols=8)
-    figure.suptitle("Examples with each finding", y=1.02)
-    plt.show()
+    panels.append(("Examples with each finding", images,
+                   positives["group"].str.removeprefix("finding_").tolist(), 8))
+
+# one figure (one image in the page), a grid per panel, laid out like plots.image_grid
+shapes = []  # (columns, rows) of each panel's grid
+for _, images, _, ncols in panels:
+    ncols = max(1, min(ncols, len(images)))
+    shapes.append((ncols, max(1, int(np.ceil(len(images) / ncols)))))
+width = max(ncols for ncols, _ in shapes)
+heights = [1.6 * 1.1 * nrows + 0.35 for _, nrows in shapes]
+figure = plt.figure(figsize=(1.6 * width, sum(heights)), layout="constrained")
+for subfigure, (title, images, titles, _), (ncols, nrows) in zip(
+        figure.subfigures(len(panels), 1, height_ratios=heights, squeeze=False)[:, 0], panels, shapes):
+    for index, ax in enumerate(subfigure.subplots(nrows, ncols, squeeze=False).flat):
+        ax.axis("off")
+        if index >= len(images):
+            continue
+        image = np.asarray(images[index])
+        if image.ndim == 3 and image.shape[2] == 1:
+            image = image[:, :, 0]
+        ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1)
+        ax.set_title(titles[index], fontsize=7)
+    subfigure.suptitle(title)
+plt.show()
 
 # %% [markdown]
 # ## How embeddings are extracted

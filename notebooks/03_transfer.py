@@ -100,6 +100,7 @@ for ax, spec in zip(axes[0], candidates):
 fig.tight_layout()
 plt.show()
 
+# %% tags=["hide-input"]
 summary = transfer.groupby("new_model").agg(
     mean_original_auroc=("auroc_original", "mean"),
     mean_transferred_auroc=("auroc_transferred", "mean"),
@@ -136,6 +137,8 @@ ax.minorticks_off()
 ax.set_xticks(by_n["n_map"], labels=[f"{int(n):,}" for n in by_n["n_map"]])
 ax.legend(frameon=False, fontsize=8)
 plt.show()
+
+# %% tags=["hide-input"]
 by_n.round(3)
 
 # %% [markdown]

@@ -166,6 +166,8 @@ ax.legend(frameon=False, loc="lower right")
 ax.set_title("Backbone x training policy on the Kermany-like phantom", fontsize=10)
 fig.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 table = head.set_index(["backbone", "policy"])[list(metrics.METRICS)].round(3)
 table.to_csv(results / "headline_by_backbone.csv")
 table
@@ -216,6 +218,8 @@ ax.invert_yaxis()
 ax.legend(frameon=False, fontsize=8)
 fig.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 display(Markdown(
     "This run: " + "; ".join(
         f"**{r.factor}** {r.mean_abs_change:.3f} {r.metric.replace('_', ' ')} (range {r.mean_range:.3f})"
@@ -268,7 +272,7 @@ gap.round(3)
 # the Brier score on the test split, before and after temperature and Platt
 # scaling fitted on the validation rows.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Reliability diagram of the reported model on the test split before and after validation-fitted scaling, with bootstrap bands.", "name": "fig-04-16"}, "image": {"alt": "Reliability diagram: observed against predicted probability"}}
+# %% tags=["hide-input"]
 calibration = protocol.validation_to_test(predictions, what="calibration")
 calibration.to_csv(results / "calibration_transfer.csv", index=False)
 cal_summary = calibration.groupby(["policy", "method"])[
@@ -276,6 +280,7 @@ cal_summary = calibration.groupby(["policy", "method"])[
 ].mean()
 display(cal_summary.round(4))
 
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Reliability diagram of the reported model on the test split before and after validation-fitted scaling, with bootstrap bands.", "name": "fig-04-16"}, "image": {"alt": "Reliability diagram: observed against predicted probability"}}
 rep = predictions[(predictions.backbone == reported_backbone) & (predictions.policy == reported_policy)
                   & (predictions.seed == seed_list[0])]
 val, test = rep[rep.split == "val"], rep[rep.split == "test"]

@@ -140,6 +140,8 @@ for ax, name in zip(axes, ["phantom with shift", "phantom without"]):
 axes[1].legend(frameon=False, fontsize=7, loc="lower right")
 fig.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 partition[["data", "source", "scope", "auc", "low", "high", "p_value", "n_pool", "n_test"]].round(3)
 
 # %% [markdown]
@@ -189,6 +191,8 @@ axes[1].tick_params(axis="y", labelsize=8)
 axes[1].set_title("which file properties carry the label", fontsize=9)
 fig.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 shortcut[["data", "scope", "balanced_accuracy", "low", "high", "p_value", "n_images"]].round(3)
 
 # %% [markdown]

@@ -163,6 +163,8 @@ ax.set_xticklabels(ax.get_xticklabels(), rotation=35, ha="right", fontsize=8)
 ax.set_title("Test score (AUROC or R²) and rank per task, first partition", fontsize=10)
 fig.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 winners = ranks.idxmin(axis=1)
 scores.to_csv(results / "best_head_test_scores.csv")
 if winners.nunique() > 1:
@@ -201,6 +203,8 @@ for ax, task in zip(axes[0], task_list):
     ax.set_title(f"{task}\n(selected: {outcomes[task].primary.selected})", fontsize=9)
 fig.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 comparisons.groupby("task").apply(
     lambda c: pd.Series({"candidates": len(c), "CI covers 0": int(((c["low"] <= 0) & (c["high"] >= 0)).sum()),
                          "clearly worse": int((c["high"] < 0).sum())}), include_groups=False)
@@ -226,6 +230,8 @@ sns.stripplot(data=spread, x="task", y="score", ax=axes[1], size=6, jitter=0.1)
 axes[1].set(ylabel="selected candidate's test score", xlabel="", title="one dot per partition")
 fig.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 stability = pd.DataFrame({
     t: {"selected most often": outcomes[t].selection_counts.sort_values("count").iloc[-1]["encoder"],
         "distinct encoders selected": int((outcomes[t].selection_counts["count"] > 0).sum()),
