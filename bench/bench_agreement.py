@@ -37,6 +37,8 @@ import crslib  # noqa: F401  (first: applies the import fix before torch)
 
 import numpy as np  # noqa: E402
 
+from _results import record, row  # noqa: E402  (bench/ is the script's folder)
+
 
 def make_embeddings(m: int, n: int, d: int, seed: int = 0) -> dict[str, np.ndarray]:
     """M float32 models sharing a latent; generated in chunks (no big temporaries)."""
@@ -284,6 +286,21 @@ def main(argv=None) -> int:
     for r in rows:
         print(f"{r[0]:<{w[0]}}  {r[1]:<{w[1]}}  {r[2]:>{w[2]}}  {r[3]}")
     print(f"total benchmark time {time.perf_counter() - t0:.0f} s")
+    table = [
+        row(f"agreement_matrix time / ({m} x one bare faiss search), N={n:,}, d={d}", f"{ratio:.2f}",
+            "<= 1.2", ratio <= 1.2, f"{a['t_matrix']:.1f} s vs {m} x {bare:.1f} s"),
+        row(f"speed-up over naive scikit-learn cosine kNN, all {pairs} pairs", f"{speedup:.1f}x",
+            ">= 3x", speedup >= 3, f"naive {naive_all:.0f} s (one pair measured, extrapolated)"),
+        row("agreement_matrix peak memory (maxrss increase)", f"{a['maxrss_delta_mb']:.0f} MB",
+            note=f"embeddings themselves {a['data_mb']:.0f} MB"),
+    ]
+    if not args.skip_large:
+        share = max(L["maxrss_delta_mb"], L["tracemalloc_peak_mb"]) / L["nn_matrix_mb"]
+        table.append(row(f"knn_indices at N={args.n_large:,}, d={d}: peak memory / full N x N matrix",
+                         f"{share:.1%}", "linear in N", None,
+                         f"{L['t']:.1f} s; peak {max(L['maxrss_delta_mb'], L['tracemalloc_peak_mb']):.0f} MB "
+                         f"vs {L['nn_matrix_mb']:,.0f} MB"))
+    record("agreement", table, title="Mutual kNN agreement (faiss)", seconds=time.perf_counter() - t0)
     return 0
 
 

@@ -22,6 +22,7 @@ import tempfile
 import time
 
 import crslib  # noqa: F401  (before torch/timm)
+from _results import record, row  # noqa: E402  (bench/ is the script's folder)
 
 BUDGET_S = {"quick": 120.0, "default": 600.0}
 DATA = {"quick": "phantom?patients=150&size=64&seed=0", "default": "phantom?patients=600&size=64&seed=0"}
@@ -100,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     from crslib.zoo import load_zoo_encoder, train_zoo
 
     torch.set_num_threads(2)
+    table, start = [], time.perf_counter()
     for preset in args.presets:
         manifest = load_data(DATA[preset])
         if args.estimate:
@@ -128,6 +130,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(line)
         print("\n".join(rows))
         sys.stdout.flush()
+        budget = BUDGET_S[preset]
+        table.append(row(f"zoo training, preset {preset}: {len(cards)} models", f"{wall:.0f} s",
+                         f"<= {budget:.0f} s", wall <= budget,
+                         f"ratio {wall / budget:.2f}; load average {load_before:.1f} before, {load_after:.1f} after"))
+    if table:
+        record("zoo", table, title="Model zoo training", seconds=time.perf_counter() - start)
     return 0
 
 

@@ -437,20 +437,39 @@ def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) 
     return target
 
 
-def build_html(*, book_root: str | os.PathLike | None = None) -> Path:
+def _check_repository_url(url: str | None) -> None:
+    if url is not None and not str(url).startswith(("https://", "http://")):
+        raise ConfigError(f"repository URL must start with https://, got {url!r}")
+
+
+def build_html(*, book_root: str | os.PathLike | None = None, repository_url: str | None = None) -> Path:
     """Build the Jupyter Book (Sphinx, execution off); return ``index.html``.
+
+    Parameters
+    ----------
+    book_root : path, optional
+        Folder holding ``_config.yml``, ``_toc.yml`` and ``book/``; default the repository.
+    repository_url : str, optional
+        The public repository (``https://github.com/ORG/REPO``) the repository,
+        Binder and Colab buttons point to; overrides ``repository.url`` in
+        ``_config.yml``. Without either, the book has no such buttons.
 
     Raises
     ------
+    ConfigError
+        If ``repository_url`` is not an http(s) URL.
     NotebookError
         If jupyter-book fails; the message carries the end of its log.
     """
     root = Path(book_root) if book_root else REPO_ROOT
+    _check_repository_url(repository_url)
     executable = Path(sys.executable).parent / "jupyter-book"
     if not executable.exists():
         executable = Path(shutil.which("jupyter-book") or "jupyter-book")
     command = [str(executable), "build", str(root), "--builder", "html"]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
+    if repository_url:
+        env["CRS_REPOSITORY_URL"] = str(repository_url)  # read by book/_ext/crs_book.py
     result = subprocess.run(command, cwd=root, capture_output=True, text=True, env=env)
     if result.returncode != 0:
         tail = "\n".join((result.stdout + result.stderr).strip().splitlines()[-15:])
@@ -468,15 +487,18 @@ def build_book(
     run_root: str | os.PathLike | None = None,
     book_root: str | os.PathLike | None = None,
     build: bool = True,
+    repository_url: str | None = None,
 ) -> RunRecord:
-    """Run the notebooks with a preset, stage them and build the HTML book."""
+    """Run the notebooks with a preset, stage them and build the HTML book
+    (see :func:`build_html` for ``repository_url``)."""
+    _check_repository_url(repository_url)  # before the notebooks run, not after
     record = run_notebooks(preset, only=only, run_root=run_root)
     record.provenance = collect_provenance(record)
     atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
     stage_run(record, book_root=book_root)
     if build:
         start = time.perf_counter()
-        record.html_index = str(build_html(book_root=book_root))
+        record.html_index = str(build_html(book_root=book_root, repository_url=repository_url))
         record.build_seconds = round(time.perf_counter() - start, 2)
         atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
     return record

@@ -7,11 +7,38 @@
 - pydata-sphinx-theme logs "Got invalid theme mode" to the console when no
   default colour mode is configured: the default becomes "auto".
 
-It also adds the ``crs-cli`` directive: the help of ``crs`` and of each
-subcommand, generated from :func:`crslib.cli.build_parser` at build time.
+It also adds:
+
+- the ``crs-cli`` directive: the help of ``crs`` and of each subcommand,
+  generated from :func:`crslib.cli.build_parser` at build time;
+- the ``crs-bench`` directive: the tables ``make bench`` recorded in
+  ``bench/results.json`` (``CRS_BENCH_RESULTS`` overrides the path);
+- the repository and launch buttons. The repository URL comes from
+  ``repository.url`` in ``_config.yml`` or from ``CRS_REPOSITORY_URL``
+  (``crs book --repository-url``); without one the buttons are left out
+  rather than pointing nowhere. The study pages are built from executed
+  copies in ``book/generated/``, which are not in git, so their launch
+  buttons are pointed at what does exist: Binder opens the jupytext source
+  ``notebooks/<name>.py`` (``postBuild`` makes JupyterLab open it as a
+  notebook); Colab, which opens only ``.ipynb`` files on GitHub, opens the
+  executed notebook the published site carries under ``_sources/`` on the
+  branch named by ``crs_published_branch`` (default ``gh-pages``).
 """
 
 from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+
+
+def _repo_root() -> Path:
+    # the repository crslib is installed from: the notebooks and bench/ live
+    # there even when the book is built from a copy (the tests build one)
+    from crslib.runner import REPO_ROOT
+
+    return REPO_ROOT
 
 
 def _script_key(script) -> tuple:
@@ -80,8 +107,125 @@ def _cli_directive():
     return CrsCli
 
 
+def _bench_results_path() -> Path:
+    return Path(os.environ.get("CRS_BENCH_RESULTS") or _repo_root() / "bench" / "results.json")
+
+
+def _table(header: list[str], rows: list[list[str]]):
+    from docutils import nodes
+
+    table = nodes.table(classes=["crs-bench-table"])
+    group = nodes.tgroup(cols=len(header))
+    table += group
+    group.extend(nodes.colspec(colwidth=1) for _ in header)
+
+    def line(cells):
+        out = nodes.row()
+        for cell in cells:
+            entry = nodes.entry()
+            entry += nodes.paragraph(text=cell)
+            out += entry
+        return out
+
+    head = nodes.thead()
+    head += line(header)
+    body = nodes.tbody()
+    body.extend(line(r) for r in rows)
+    group += head
+    group += body
+    return table
+
+
+def _bench_nodes(path: Path) -> list:
+    from docutils import nodes
+
+    if not path.is_file():
+        return [nodes.paragraph(text=f"No benchmark results are recorded yet ({path.name} is missing): "
+                                     "run `make bench` and rebuild the book.")]
+    benchmarks = json.loads(path.read_text(encoding="utf-8")).get("benchmarks", {})
+    out = []
+    for name, entry in benchmarks.items():
+        section = nodes.section(ids=[f"bench-{name}"], names=[f"bench {name}"])
+        section += nodes.title(text=entry.get("title", name))
+        m = entry.get("machine", {})
+        section += nodes.paragraph(text=(
+            f"Measured {entry.get('recorded_utc', '?')} at commit {entry.get('commit', '?')} on "
+            f"{m.get('cpus', '?')} CPUs ({m.get('platform', '?')}, Python {m.get('python', '?')}); "
+            f"load average {m.get('load_average_1min', '?')} at the end; the benchmark took "
+            f"{entry.get('seconds', '?')} s. Command: {entry.get('command', '?')}"))
+        verdict = {True: "yes", False: "no", None: ""}
+        rows = [[r["measure"], r["value"], r.get("target", ""), verdict[r.get("passed")], r.get("note", "")]
+                for r in entry.get("rows", [])]
+        section += _table(["Measure", "Value", "Target", "Met", "Note"], rows)
+        out.append(section)
+    return out
+
+
+def _bench_directive():
+    from docutils.parsers.rst import Directive
+
+    class CrsBench(Directive):
+        """One section per benchmark recorded by ``make bench``."""
+
+        has_content = False
+
+        def run(self):
+            path = _bench_results_path()
+            env = self.state.document.settings.env
+            if path.is_file():
+                env.note_dependency(str(path))
+            return _bench_nodes(path)
+
+    return CrsBench
+
+
+def _repository_from_environment(app, config) -> None:
+    options = dict(config.html_theme_options or {})
+    url = os.environ.get("CRS_REPOSITORY_URL") or options.get("repository_url") or ""
+    if url:
+        options["repository_url"] = url
+        options["use_repository_button"] = True
+        options["use_issues_button"] = True
+    else:
+        # buttons to a repository that is not there would be broken links
+        options["use_repository_button"] = False
+        options["use_issues_button"] = False
+        options["use_edit_page_button"] = False
+        options["launch_buttons"] = {}
+    config.html_theme_options = options
+
+
+def _launch_targets(app, pagename, templatename, context, doctree) -> None:
+    prefix = "book/generated/"
+    if not pagename.startswith(prefix):
+        return
+    name = pagename[len(prefix):]
+    source = f"notebooks/{name}.py"
+    if not (_repo_root() / source).is_file():
+        return
+    options = app.config.html_theme_options or {}
+    branch = options.get("repository_branch") or "main"
+    published = app.config.crs_published_branch
+    for group in context.get("header_buttons", []):
+        if group.get("label") != "launch-buttons":
+            continue
+        for button in group.get("buttons", []):
+            url = button.get("url", "")
+            if button.get("text") == "Binder" and "?urlpath=" in url:
+                base, _, target = url.partition("?urlpath=")
+                interface = target.split(pagename)[0]
+                button["url"] = f"{base}?urlpath={interface}{source}"
+            elif button.get("text") == "Colab":
+                button["url"] = url.replace(f"/blob/{branch}/{pagename}.ipynb",
+                                            f"/blob/{published}/_sources/{pagename}.ipynb")
+
+
 def setup(app):
+    app.add_config_value("crs_published_branch", "gh-pages", "html")
     app.add_directive("crs-cli", _cli_directive())
+    app.add_directive("crs-bench", _bench_directive())
+    app.connect("config-inited", _repository_from_environment)
+    app.connect("html-page-context", _launch_targets, priority=900)
     # after the themes' own page-context handlers (priority 500)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     app.connect("html-page-context", _default_colour_mode, priority=900)

@@ -1,0 +1,98 @@
+"""Time whole book builds: cold (empty cache) and warm (every cache hit).
+
+For each preset, a copy of the book sources is built twice by ``crs book``'s
+code path (:func:`crslib.runner.build_book`) in a fresh interpreter:
+
+- **cold**: an empty ``CRS_CACHE_DIR``, as after ``make install`` on a fresh
+  clone: the phantom is generated, the zoo trained, every embedding extracted,
+  every fine-tuning run, every notebook executed and the HTML built;
+- **warm**: the same again with the cache the cold build filled, so every
+  data, model and embedding lookup is a hit; the notebooks still execute and
+  the HTML is rebuilt.
+
+Targets (issue 6, 2-core machine): ``quick`` cold <= 5 min, ``default`` cold
+<= 20 min, warm <= 2 min. The ratio printed is measured / target (<= 1
+passes); the load average beside it says how busy the shared machine was.
+
+Usage: ``python bench/bench_book.py [quick] [default]`` (both by default).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _results import REPO_ROOT, record, row  # bench/ is the script's folder
+
+COLD_TARGET_S = {"quick": 300.0, "default": 1200.0, "full": float("inf")}
+WARM_TARGET_S = 120.0
+
+BUILD = """
+import sys
+from crslib.runner import build_book
+record = build_book(sys.argv[1], run_root=sys.argv[2], book_root=sys.argv[3])
+print(record.html_index)
+"""
+
+
+def book_copy(dest: Path) -> Path:
+    """The book sources as ``make book`` sees them, without generated pages."""
+    dest.mkdir(parents=True)
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy2(REPO_ROOT / name, dest / name)
+    shutil.copytree(REPO_ROOT / "book", dest / "book", ignore=shutil.ignore_patterns("generated", "__pycache__"))
+    return dest
+
+
+def timed_build(preset: str, book_root: Path, cache: Path) -> float:
+    env = dict(os.environ, CRS_CACHE_DIR=str(cache), HF_HUB_OFFLINE="1", CRS_PROGRESS="0")
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", BUILD, preset, str(book_root / "runs"), str(book_root)],
+                          env=env, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-8000:])
+        raise SystemExit(f"the {preset} book build failed with status {done.returncode}")
+    index = Path(done.stdout.strip().splitlines()[-1])
+    if not index.is_file():
+        raise SystemExit(f"the {preset} build reported {index}, which does not exist")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("presets", nargs="*", default=["quick", "default"], choices=sorted(COLD_TARGET_S))
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    table = []
+    for preset in args.presets:
+        with tempfile.TemporaryDirectory(prefix=f"crs-bench-book-{preset}-") as tmp:
+            tmp = Path(tmp)
+            cache = tmp / "cache"
+            load = os.getloadavg()[0]
+            cold = timed_build(preset, book_copy(tmp / "cold"), cache)
+            warm = timed_build(preset, book_copy(tmp / "warm"), cache)
+            load_after = os.getloadavg()[0]
+        cold_target = COLD_TARGET_S[preset]
+        print(f"book {preset}: cold {cold:.0f} s (target {cold_target:.0f} s, ratio {cold / cold_target:.2f}), "
+              f"warm {warm:.0f} s (target {WARM_TARGET_S:.0f} s, ratio {warm / WARM_TARGET_S:.2f}); "
+              f"load average {load:.1f} before, {load_after:.1f} after", flush=True)
+        table += [
+            row(f"book build, preset {preset}, cold (empty cache)", f"{cold / 60:.1f} min",
+                f"<= {cold_target / 60:.0f} min", cold <= cold_target, f"ratio {cold / cold_target:.2f}"),
+            row(f"book build, preset {preset}, warm (every cache hit)", f"{warm / 60:.1f} min",
+                f"<= {WARM_TARGET_S / 60:.0f} min", warm <= WARM_TARGET_S,
+                f"ratio {warm / WARM_TARGET_S:.2f}; load average {load:.1f} before, {load_after:.1f} after"),
+        ]
+    record("book", table, title="Whole book builds", seconds=time.perf_counter() - start)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
