@@ -39,6 +39,12 @@ def _cmd_phantom(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_scheduler(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run the shard tasks on Dask: 'local' or 'local:N' (a local cluster of N workers) "
+                   "or a scheduler address such as tcp://HOST:8786 (default: in this process)")
+
+
 def _cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -57,6 +63,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
         cache=not args.no_cache,
         on_error="skip" if args.skip_unreadable else "raise",
         progress=None,
+        scheduler=args.scheduler,
     )
     for row in result.skipped.itertuples():
         print(f"skipped {row.path}: {row.reason}", file=sys.stderr)
@@ -82,7 +89,8 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
         cards = list_zoo()
     else:
         data = args.data or load_preset(args.preset)["parameters"]["data"]
-        cards = train_zoo(load_data(data), preset=args.preset, force=args.force, progress=None)
+        cards = train_zoo(load_data(data), preset=args.preset, force=args.force, progress=None,
+                          scheduler=args.scheduler)
     if cards.empty:
         print("no zoo models trained yet: run crs zoo --preset quick")
         return 0
@@ -97,6 +105,7 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 
 def _cmd_compare(args: argparse.Namespace) -> int:
     from crslib._io import atomic_write_text
+    from crslib.cluster import open_client
     from crslib.compare import binary_label_frame, compare_embeddings, render_report_html
     from crslib.data import load_data
     from crslib.embed import extract_embeddings
@@ -106,23 +115,31 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     labels = binary_label_frame(manifest, args.labels) if args.labels else None
     reference = None if args.no_reference else (args.reference or random_init_spec(args.new))
     embeddings = {}
-    for role, spec in (("old", args.old), ("new", args.new), ("reference", reference)):
-        if spec is None:
-            continue
-        encoder = load_encoder(spec)
-        embeddings[role] = (encoder.name, extract_embeddings(manifest, encoder, progress=None).X)
-    result = compare_embeddings(
-        embeddings["old"][1], embeddings["new"][1], manifest,
-        old=embeddings["old"][0], new=embeddings["new"][0], k=args.k,
-        X_reference=embeddings["reference"][1] if "reference" in embeddings else None,
-        reference=embeddings["reference"][0] if "reference" in embeddings else None,
-        labels=labels, min_overlap=args.min_overlap, n_resamples=args.resamples, random_state=args.seed,
-    )
+    with open_client(args.scheduler) as client:  # one cluster for every model and search
+        for role, spec in (("old", args.old), ("new", args.new), ("reference", reference)):
+            if spec is None:
+                continue
+            encoder = load_encoder(spec)
+            embeddings[role] = (encoder.name,
+                                extract_embeddings(manifest, encoder, progress=None, scheduler=client).X)
+        result = compare_embeddings(
+            embeddings["old"][1], embeddings["new"][1], manifest,
+            old=embeddings["old"][0], new=embeddings["new"][0], k=args.k,
+            X_reference=embeddings["reference"][1] if "reference" in embeddings else None,
+            reference=embeddings["reference"][0] if "reference" in embeddings else None,
+            labels=labels, min_overlap=args.min_overlap, n_resamples=args.resamples, random_state=args.seed,
+            scheduler=client,
+        )
     out = Path(args.out)
     atomic_write_text(out / "compare.json", result.to_json())
     atomic_write_text(out / "report.html", render_report_html(result))
     print(f"mutual {result.k}-NN overlap {result.overlap:.3f} (95% CI {result.overlap_low:.3f}-"
           f"{result.overlap_high:.3f}); chance {result.chance:.4f}")
+    if result.overlap_error_bound > 0:
+        recalls = ", ".join(f"{role} {info['recall']:.3f}" for role, info in result.search.items()
+                            if info.get("recall") is not None)
+        print(f"approximate neighbour index: recall@{result.k} {recalls}; the overlap is off by at most "
+              f"{result.overlap_error_bound:.3f}")
     if result.reference_overlap is not None:
         print(f"old vs {result.reference}: {result.reference_overlap:.3f}")
     if result.map_r2 is not None:
@@ -228,7 +245,8 @@ def _cmd_checklist(args: argparse.Namespace) -> int:
 def _cmd_book(args: argparse.Namespace) -> int:
     from crslib.runner import build_book
 
-    record = build_book(args.config or args.preset, only=args.only, build=not args.no_build)
+    record = build_book(args.config or args.preset, only=args.only, build=not args.no_build,
+                        repository_url=args.repository_url)
     for notebook in record.notebooks:
         print(f"{notebook.name}: {notebook.seconds:.1f} s")
     print(f"run folder: {record.run_dir}")
@@ -284,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-unreadable", action="store_true",
                    help="skip unreadable images and list them, instead of stopping at the first")
     p.add_argument("--out", metavar="FILE.npy", help="also save the embeddings (and FILE_image_ids.npy)")
+    _add_scheduler(p)
     p.set_defaults(func=_cmd_embed)
 
     p = sub.add_parser(
@@ -297,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", metavar="DATA", help="training data (default: the preset's phantom)")
     p.add_argument("--force", action="store_true", help="retrain even when a cached model matches")
     p.add_argument("--list", action="store_true", help="list the trained models and exit")
+    _add_scheduler(p)
     p.set_defaults(func=_cmd_zoo)
 
     p = sub.add_parser(
@@ -319,6 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of bootstrap and splits (default 0)")
     p.add_argument("--out", default="crs-compare", metavar="DIR", help="report folder (default crs-compare)")
+    _add_scheduler(p)
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser(
@@ -382,6 +403,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="a YAML config file instead of a preset")
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="run only these notebooks (name or number)")
     p.add_argument("--no-build", action="store_true", help="execute the notebooks but do not build HTML")
+    p.add_argument("--repository-url", metavar="URL",
+                   help="public repository (https://github.com/ORG/REPO) for the repository, Binder and "
+                   "Colab buttons; overrides repository.url in _config.yml (default: no such buttons)")
     p.set_defaults(func=_cmd_book)
     return parser
 

@@ -26,10 +26,13 @@ import numpy as np
 import pandas as pd
 
 from crslib.agreement import (
+    _check_same_rows,
     chance_overlap,
-    mutual_knn_overlap_per_image,
+    knn_search,
     overlap_by_subgroup,
     overlap_ci,
+    overlap_error_bound,
+    overlap_from_indices,
 )
 from crslib._io import json_ready
 from crslib.errors import InputError
@@ -60,6 +63,8 @@ class CompareResult:
     passed: bool | None = None
     subgroups: list[dict[str, Any]] = field(default_factory=list)
     transfer: list[dict[str, Any]] = field(default_factory=list)
+    search: dict[str, dict[str, Any]] = field(default_factory=dict)
+    overlap_error_bound: float = 0.0
     per_image: list[float] = field(default_factory=list, repr=False)
 
     def to_dict(self, *, per_image: bool = False) -> dict[str, Any]:
@@ -120,6 +125,7 @@ def compare_embeddings(
     min_overlap: float | None = None,
     n_resamples: int = 1000,
     random_state: int = 0,
+    scheduler: Any = None,
 ) -> CompareResult:
     """Compare a successor model's embeddings with the old model's.
 
@@ -150,6 +156,11 @@ def compare_embeddings(
         Bootstrap resamples (over patients when ``patient_id`` is present).
     random_state : int
         Seed of the bootstrap and of the patient-level splits.
+    scheduler : None, "local[:N]", a Dask scheduler address or a distributed.Client
+        Where the neighbour searches run (see :mod:`crslib.cluster`). Above
+        :data:`crslib.agreement.APPROX_THRESHOLD` images they use an
+        approximate index; ``search`` then holds each model's measured recall
+        and ``overlap_error_bound`` the most the overlap can be off by.
 
     Returns
     -------
@@ -169,15 +180,34 @@ def compare_embeddings(
         raise InputError(f"metadata has {len(metadata)} rows but the embeddings have {len(X_old)}")
     metadata = metadata.reset_index(drop=True)
     groups = metadata["patient_id"].to_numpy() if "patient_id" in metadata.columns else None
-    per_image = mutual_knn_overlap_per_image(X_old, X_new, k=k)
+    from crslib.cluster import open_client
+
+    roles = {"old": X_old, "new": X_new}
+    if X_reference is not None:
+        roles["reference"] = X_reference
+    _check_same_rows(roles)
+    neighbours, search = {}, {}
+    with open_client(scheduler) as client:
+        for role, X in roles.items():
+            try:
+                neighbours[role], search[role] = knn_search(X, k=k, client=client, random_state=random_state)
+            except InputError as exc:
+                raise InputError(f"{role} embeddings: {exc}") from exc
+
+    def recall(role: str) -> float:  # the conservative end of the measured recall
+        info = search[role]
+        return 1.0 if info.get("recall") is None else float((info.get("recall_ci") or [info["recall"]])[0])
+
+    per_image = overlap_from_indices(neighbours["old"], neighbours["new"])
     ci = overlap_ci(per_image, groups=groups, n_resamples=n_resamples, random_state=random_state)
     result = CompareResult(
         old=old, new=new, n_images=len(X_old), k=k,
         overlap=float(ci.estimate), overlap_low=float(ci.low), overlap_high=float(ci.high),
         chance=chance_overlap(len(X_old), k), per_image=per_image.astype(float).tolist(),
+        search=search, overlap_error_bound=float(overlap_error_bound(recall("old"), recall("new"))),
     )
     if X_reference is not None:
-        reference_per_image = mutual_knn_overlap_per_image(X_old, X_reference, k=k)
+        reference_per_image = overlap_from_indices(neighbours["old"], neighbours["reference"])
         ref = overlap_ci(reference_per_image, groups=groups, n_resamples=n_resamples, random_state=random_state)
         result.reference = reference or "random init"
         result.reference_overlap = float(ref.estimate)
@@ -248,6 +278,12 @@ def render_report_html(result: CompareResult) -> str:
         row(f"mutual {result.k}-NN overlap", f"{result.overlap:.3f} (95% CI {result.overlap_low:.3f}-{result.overlap_high:.3f})"),
         row("chance k/(N-1)", f"{result.chance:.4f}"),
     ]
+    for role, info in result.search.items():
+        if info.get("recall") is not None:
+            rows.append(row(f"{role} model's neighbours", f"approximate ({info['index']}), recall@{result.k} "
+                            f"{info['recall']:.3f} against exact search on {info['recall_sample']:,} queries"))
+    if result.overlap_error_bound > 0:
+        rows.append(row("overlap error bound (approximate index)", f"at most {result.overlap_error_bound:.3f}"))
     if result.reference_overlap is not None:
         rows.append(row(f"old vs {result.reference}", f"{result.reference_overlap:.3f} "
                         f"(95% CI {result.reference_low:.3f}-{result.reference_high:.3f})"))

@@ -365,6 +365,7 @@ def extract_embeddings(
     shard_size: int = 512,
     on_error: str = "raise",
     progress: bool | None = None,
+    scheduler: Any = None,
 ) -> Embeddings:
     """Embed every image of a manifest with an encoder, using the cache.
 
@@ -395,6 +396,12 @@ def extract_embeddings(
         such images are left out of ``X``, listed in ``skipped`` and logged.
     progress : bool, optional
         Show a tqdm bar; default: only when stderr is a terminal.
+    scheduler : None, "local[:N]", a Dask scheduler address or a distributed.Client
+        Where the missing shards are computed (see :mod:`crslib.cluster`):
+        ``None`` here, in this process; otherwise each shard is one Dask task
+        that reads its images, encodes them and writes the shard to the cache
+        (``num_workers`` and ``progress`` then do not apply). The result is
+        the same array either way.
 
     Returns
     -------
@@ -457,7 +464,12 @@ def extract_embeddings(
     # 3. compute the missing shards
     todo = [s for s in shards if not s.from_cache]
     n_computed = 0
-    if todo:
+    if todo and scheduler is not None:
+        n_computed = _compute_shards_on_cluster(
+            todo, paths, ids, encoder, root=root, cache=cache, batch_size=batch_size, on_error=on_error,
+            scheduler=scheduler,
+        )
+    elif todo:
         n_computed = _compute_shards(
             todo, paths, ids, encoder, root=root, cache=cache, batch_size=batch_size,
             num_workers=num_workers, on_error=on_error, progress=progress,
@@ -590,6 +602,46 @@ def _compute_shards(todo: list[_Shard], paths: list[str], ids: np.ndarray, encod
     return done
 
 
+def _shard_task(paths: list[str], ids: list[Any], key: str, *, encoder: Encoder, root: str, cache: bool,
+                batch_size: int, on_error: str) -> tuple[np.ndarray, dict[int, str]]:
+    """One shard as a Dask task: its images, encoded, written to the cache.
+
+    Computed exactly as in-process (the same batches: they never cross a
+    shard boundary), so the rows do not depend on where the shard ran.
+    """
+    shard = _Shard(key, list(range(len(paths))))
+    # another task, run or machine may have finished this shard meanwhile
+    if cache and _load_shard(Path(root), shard):
+        return shard.X, shard.failed
+    _compute_shards([shard], paths, np.asarray(ids, dtype=object), encoder, root=Path(root), cache=cache,
+                    batch_size=batch_size, num_workers=0, on_error=on_error, progress=False)
+    return shard.X, shard.failed
+
+
+def _compute_shards_on_cluster(todo: list[_Shard], paths: list[str], ids: np.ndarray, encoder: Encoder, *,
+                               root: Path, cache: bool, batch_size: int, on_error: str, scheduler: Any) -> int:
+    from crslib.cluster import open_client, run_tasks
+
+    def finished(i: int, result: tuple[np.ndarray, dict[int, str]]) -> None:
+        shard = todo[i]
+        shard.X, shard.failed = result
+        # a worker with another cache folder (another machine) wrote its own
+        # copy; this one keeps the shard too, so a later local run reuses it
+        if cache and not _shard_files(root, shard.key)[0].exists():
+            _save_shard(root, shard, encoder.name)
+
+    tasks = [([paths[p] for p in s.positions], [ids[p] for p in s.positions], s.key) for s in todo]
+    with open_client(scheduler) as client:
+        run_tasks(
+            client, _shard_task, tasks,
+            shared={"encoder": encoder, "root": str(root), "cache": cache, "batch_size": batch_size,
+                    "on_error": on_error},
+            keys=[f"crs-embed-{s.key}" for s in todo],
+            on_result=finished,
+        )
+    return sum(len(s.positions) - len(s.failed) for s in todo)
+
+
 def _finish_shard(shard: _Shard, state: dict[str, Any], encoder: Encoder) -> None:
     pos_to_local = {pos: local for local, pos in enumerate(shard.positions)}
     rows = state["rows"]
@@ -607,6 +659,7 @@ def embed_models(
     *,
     on_error: str = "raise",
     progress: bool | None = None,
+    scheduler: Any = None,
 ) -> dict[str, np.ndarray]:
     """Embeddings of one data set under several models, each through the cache.
 
@@ -619,6 +672,8 @@ def embed_models(
     on_error, progress
         As in :func:`extract_embeddings`; with ``on_error="skip"`` every model
         must skip the same images, so the rows stay aligned.
+    scheduler : None, "local[:N]", a Dask scheduler address or a distributed.Client
+        As in :func:`extract_embeddings`; one cluster serves every model.
 
     Returns
     -------
@@ -626,13 +681,17 @@ def embed_models(
     """
     from crslib.encoders import load_encoder
 
+    from crslib.cluster import open_client
+
     named = dict(specs) if isinstance(specs, Mapping) else {spec: spec for spec in specs}
     out: dict[str, np.ndarray] = {}
     kept: np.ndarray | None = None
-    for name, spec in named.items():
-        result = extract_embeddings(manifest, load_encoder(spec), on_error=on_error, progress=progress)
-        if kept is not None and not np.array_equal(kept, result.image_ids):
-            raise InputError(f"model {name} skipped other images than the models before it; rows would not align")
-        kept = result.image_ids
-        out[name] = result.X
+    with open_client(scheduler) as client:
+        for name, spec in named.items():
+            result = extract_embeddings(manifest, load_encoder(spec), on_error=on_error, progress=progress,
+                                        scheduler=client)
+            if kept is not None and not np.array_equal(kept, result.image_ids):
+                raise InputError(f"model {name} skipped other images than the models before it; rows would not align")
+            kept = result.image_ids
+            out[name] = result.X
     return out

@@ -720,6 +720,15 @@ class OnnxEncoder(Encoder):
             channels=channels, bgr=bgr, scale=scale,
         )
 
+        self._model_bytes = model.SerializeToString()
+        self.session = self._make_session()
+        input_type = inputs[0].type.tensor_type.elem_type
+        self._input_dtype = np.float16 if input_type == onnx.TensorProto.FLOAT16 else np.float32
+        self._dim: int | None = None
+
+    def _make_session(self):
+        import onnxruntime as ort
+
         so = ort.SessionOptions()
         so.log_severity_level = 3
         so.inter_op_num_threads = 1
@@ -730,14 +739,20 @@ class OnnxEncoder(Encoder):
         except Exception:  # noqa: BLE001
             pass
         try:
-            self.session = ort.InferenceSession(
-                model.SerializeToString(), so, providers=["CPUExecutionProvider"]
-            )
+            return ort.InferenceSession(self._model_bytes, so, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001
-            raise ModelError(f"onnxruntime cannot run {path} (output {output!r}): {exc}") from None
-        input_type = inputs[0].type.tensor_type.elem_type
-        self._input_dtype = np.float16 if input_type == onnx.TensorProto.FLOAT16 else np.float32
-        self._dim: int | None = None
+            raise ModelError(f"onnxruntime cannot run {self.path} (output {self.output!r}): {exc}") from None
+
+    # An onnxruntime session does not pickle; the model bytes do, so a Dask
+    # worker (crslib.cluster) rebuilds the same session from them.
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("session", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.session = self._make_session()
 
     def _architecture(self) -> dict[str, Any]:
         import onnxruntime

@@ -962,6 +962,83 @@ def _set_current(root: Path, name: str, key: str) -> None:
     atomic_write_json(root / "current" / f"{name}.json", {"name": name, "key": key})
 
 
+def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: int, force: bool,
+                    show: bool) -> dict[str, Any]:
+    """Train one zoo model (or reuse its cached copy) and return its card.
+
+    A module-level function so that it can run as a Dask task
+    (:mod:`crslib.cluster`); training is deterministic with a fixed thread
+    count, so a model trained on a worker is the model trained here.
+    """
+    import timm  # noqa: F401  (only for the version in the card)
+    import torch
+
+    root = Path(root)
+    columns, labels, classes = _labels_for(spec.objective, pool.rows)
+    data_hash = _data_hash(pool, columns, labels)
+    key = _model_key(spec, data_hash, image_size)
+    folder = root / "models" / key[:24]
+    card = None if force else _read_card(folder)
+    if card is not None and card.get("key") == key:
+        card = dict(card)
+        card["reused"] = True
+        log.info("zoo: reusing %s (%s)", spec.name, folder)
+    else:
+        n_outputs = len(classes) if spec.objective != "supervised_multilabel" else len(columns)
+        state, result = _train_one(spec, pool, labels, n_outputs, show)
+        sha = _save_checkpoint(folder / _CHECKPOINT, state, spec)
+        module = build_encoder_module(spec.architecture)
+        hp = spec.resolved_hparams()
+        card = {
+            "name": spec.name,
+            "key": key,
+            "objective": spec.objective,
+            "label_type": LABEL_TYPES[spec.objective],
+            "labels_used": columns,
+            "classes": [str(c) for c in classes],
+            "architecture": spec.architecture,
+            "architecture_config": dict(ARCHITECTURES[spec.architecture]),
+            "embedding_dim": int(module.embedding_dim),
+            "parameter_count": int(sum(p.numel() for p in module.parameters())),
+            "seed": spec.seed,
+            "init": f"PyTorch default initialisation (Kaiming-uniform convolutions), torch.manual_seed({spec.seed})",
+            "training_data_hash": data_hash,
+            "n_train_images": int(len(pool.rows)),
+            "n_train_patients": int(pool.rows["patient_id"].nunique()) if "patient_id" in pool.rows else None,
+            "epochs": spec.epochs,
+            "steps": int(result["steps"]),
+            "batch_size": min(spec.batch_size, len(pool.rows)),
+            "hparams": hp,
+            "augmentation": _AUG.get(hp.get("augment", "none"), {}) | {"name": hp.get("augment", "none"),
+                                                                       "horizontal_flip": False},
+            "initial_loss": result["initial_loss"],
+            "final_loss": result["final_loss"],
+            "loss_curve": [round(v, 6) for v in result["loss_curve"]],
+            "embedding_spread": result["embedding_spread"],
+            "embedding_effective_rank": result["embedding_effective_rank"],
+            "wall_time_s": round(float(result["wall_time_s"]), 3),
+            "cpu_time_s": round(float(result["cpu_time_s"]), 3),
+            "image_size": image_size,
+            "preprocessing": {"channels": 1, "input_size": [1, image_size, image_size], "mean": [pool.mean],
+                              "std": [pool.std], "interpolation": "bilinear"},
+            "checkpoint": _CHECKPOINT,
+            "checkpoint_sha256": sha,
+            "num_threads": ZOO_THREADS,
+            "deterministic": True,
+            "spec": spec.to_dict(),
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "crslib_version": crslib.__version__,
+            "torch_version": torch.__version__,
+            "zoo_format": ZOO_FORMAT,
+        }
+        atomic_write_json(folder / _CARD, card)  # written last: a card means a complete model
+        card["reused"] = False
+        log.info("zoo: trained %s in %.1f s, loss %s -> %s", spec.name, card["wall_time_s"],
+                 _fmt(card["initial_loss"]), _fmt(card["final_loss"]))
+    card["path"] = str(folder)
+    return card
+
+
 def train_zoo(
     manifest: pd.DataFrame,
     *,
@@ -972,6 +1049,7 @@ def train_zoo(
     progress: bool | None = None,
     force: bool = False,
     overrides: Mapping[str, Any] | None = None,
+    scheduler: Any = None,
 ) -> pd.DataFrame:
     """Train (or reuse) the zoo's models on the manifest's training pool.
 
@@ -996,6 +1074,11 @@ def train_zoo(
         Retrain even when a matching model is cached.
     overrides : mapping, optional
         Passed to :func:`zoo_specs`.
+    scheduler : None, "local[:N]", a Dask scheduler address or a distributed.Client
+        Where the models are trained (see :mod:`crslib.cluster`): ``None``
+        here, one after the other; otherwise one Dask task per model. Each
+        model is written to the cache folder by the task that trained it, so
+        the workers must share it (``CRS_CACHE_DIR`` on a shared file system).
 
     Returns
     -------
@@ -1033,77 +1116,22 @@ def train_zoo(
     log.info("zoo: %d training images at %d px loaded in %.1f s", len(pool.rows), image_size,
              time.perf_counter() - t_start)
 
-    import timm  # noqa: F401  (only for the version in the card)
-    import torch
+    from crslib.cluster import open_client, run_tasks
 
-    cards: list[dict[str, Any]] = []
-    bar = tqdm(specs, desc="zoo", unit="model", disable=not show)
-    for spec in bar:
-        bar.set_postfix_str(spec.name)
-        columns, labels, classes = _labels_for(spec.objective, pool.rows)
-        data_hash = _data_hash(pool, columns, labels)
-        key = _model_key(spec, data_hash, image_size)
-        folder = root / "models" / key[:24]
-        card = None if force else _read_card(folder)
-        if card is not None and card.get("key") == key:
-            card = dict(card)
-            card["reused"] = True
-            log.info("zoo: reusing %s (%s)", spec.name, folder)
-        else:
-            n_outputs = len(classes) if spec.objective != "supervised_multilabel" else len(columns)
-            state, result = _train_one(spec, pool, labels, n_outputs, show)
-            sha = _save_checkpoint(folder / _CHECKPOINT, state, spec)
-            module = build_encoder_module(spec.architecture)
-            hp = spec.resolved_hparams()
-            card = {
-                "name": spec.name,
-                "key": key,
-                "objective": spec.objective,
-                "label_type": LABEL_TYPES[spec.objective],
-                "labels_used": columns,
-                "classes": [str(c) for c in classes],
-                "architecture": spec.architecture,
-                "architecture_config": dict(ARCHITECTURES[spec.architecture]),
-                "embedding_dim": int(module.embedding_dim),
-                "parameter_count": int(sum(p.numel() for p in module.parameters())),
-                "seed": spec.seed,
-                "init": f"PyTorch default initialisation (Kaiming-uniform convolutions), torch.manual_seed({spec.seed})",
-                "training_data_hash": data_hash,
-                "n_train_images": int(len(pool.rows)),
-                "n_train_patients": int(pool.rows["patient_id"].nunique()) if "patient_id" in pool.rows else None,
-                "epochs": spec.epochs,
-                "steps": int(result["steps"]),
-                "batch_size": min(spec.batch_size, len(pool.rows)),
-                "hparams": hp,
-                "augmentation": _AUG.get(hp.get("augment", "none"), {}) | {"name": hp.get("augment", "none"),
-                                                                           "horizontal_flip": False},
-                "initial_loss": result["initial_loss"],
-                "final_loss": result["final_loss"],
-                "loss_curve": [round(v, 6) for v in result["loss_curve"]],
-                "embedding_spread": result["embedding_spread"],
-                "embedding_effective_rank": result["embedding_effective_rank"],
-                "wall_time_s": round(float(result["wall_time_s"]), 3),
-                "cpu_time_s": round(float(result["cpu_time_s"]), 3),
-                "image_size": image_size,
-                "preprocessing": {"channels": 1, "input_size": [1, image_size, image_size], "mean": [pool.mean],
-                                  "std": [pool.std], "interpolation": "bilinear"},
-                "checkpoint": _CHECKPOINT,
-                "checkpoint_sha256": sha,
-                "num_threads": ZOO_THREADS,
-                "deterministic": True,
-                "spec": spec.to_dict(),
-                "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "crslib_version": crslib.__version__,
-                "torch_version": torch.__version__,
-                "zoo_format": ZOO_FORMAT,
-            }
-            atomic_write_json(folder / _CARD, card)  # written last: a card means a complete model
-            card["reused"] = False
-            log.info("zoo: trained %s in %.1f s, loss %s -> %s", spec.name, card["wall_time_s"],
-                     _fmt(card["initial_loss"]), _fmt(card["final_loss"]))
-        _set_current(root, spec.name, key)
-        card["path"] = str(folder)
-        cards.append(card)
+    bar = tqdm(total=len(specs), desc="zoo", unit="model", disable=not show)
+
+    def finished(i: int, card: dict[str, Any]) -> None:
+        _set_current(root, card["name"], card["key"])
+        bar.set_postfix_str(card["name"])
+        bar.update(1)
+
+    with open_client(scheduler) as client:
+        cards = run_tasks(
+            client, _zoo_model_task, [(spec,) for spec in specs],
+            shared={"pool": pool, "root": str(root), "image_size": image_size, "force": force,
+                    "show": show and client is None},
+            on_result=finished,
+        )
     bar.close()
     log.info("zoo: %d models ready in %.1f s", len(cards), time.perf_counter() - t_start)
     return pd.DataFrame(cards)

@@ -36,6 +36,7 @@ k = 10
 seed = 0
 n_resamples = 500
 results_dir = "results/02_agreement"
+scheduler = None  # None: this process; "local:2" or "tcp://HOST:8786": zoo, embeddings and searches on Dask
 
 # %% tags=["hide-input"]
 from itertools import combinations
@@ -56,12 +57,12 @@ from crslib.zoo import train_zoo
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
 manifest = load_data(data)
-cards = train_zoo(manifest, preset=zoo_preset)
+cards = train_zoo(manifest, preset=zoo_preset, scheduler=scheduler)
 specs = {name: f"zoo:{name}" for name in cards["name"]}
 specs["public:efficientnet_lite0"] = f"public:efficientnet_lite0?size={public_size}"
 specs["public:open_nsfw"] = f"public:open_nsfw?size={public_size}"
 specs["random:efficientnet_lite0"] = f"timm:tf_efficientnet_lite0?size={public_size}&seed=0"
-embeddings = embed_models(manifest, specs)
+embeddings = embed_models(manifest, specs, scheduler=scheduler)
 groups = manifest["patient_id"].to_numpy()
 info = pd.DataFrame({"name": list(specs)})
 info = info.merge(cards[["name", "objective", "architecture", "seed"]], on="name", how="left")
@@ -80,13 +81,27 @@ cards[["name", "objective", "architecture", "seed", "epochs", "final_loss"]]
 # count as agreement.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mutual k-NN overlap between every pair of models in this run; chance is k/(N-1).", "name": "fig-02-4"}, "image": {"alt": "Heatmap of the pairwise mutual nearest-neighbour overlap between models"}}
-matrix, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups, return_per_image=True)
+matrix, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups, return_per_image=True,
+                                               scheduler=scheduler)
 matrix.to_csv(results / "agreement_matrix.csv")
 chance = agreement.chance_overlap(len(manifest), k)
 fig, ax = plt.subplots(figsize=(0.45 * len(matrix) + 3, 0.45 * len(matrix) + 2))
 plots.agreement_heatmap(matrix, ax=ax)
 ax.set_title(f"Mutual {k}-NN overlap (chance {chance:.3f})")
 plt.show()
+
+# %% tags=["hide-input"]
+search = matrix.attrs.get("search", {})
+approximate = {name: info for name, info in search.items() if info["index"] != "exact"}
+if approximate:
+    worst = min(info["recall"] for info in approximate.values())
+    bound = max(matrix.attrs.get("overlap_error_bound", {}).values())
+    display(Markdown(f"Neighbours of {len(approximate)} model(s) come from an approximate index; the lowest "
+                     f"recall@{k} against exact search is {worst:.3f}, so an overlap above may be off by at most "
+                     f"{bound:.3f}."))
+else:
+    display(Markdown(f"Neighbours: exact search for every model ({len(manifest):,} images, below the "
+                     f"{agreement.APPROX_THRESHOLD:,}-image threshold of the approximate index)."))
 
 # %% [markdown]
 # Each model's mean agreement with every other model, against the random
@@ -180,6 +195,8 @@ plots.subgroup_overlap(by_level, chance=chance, ax=axes[1])
 axes[1].set_title("Public pair: overlap by source and view")
 fig.tight_layout()
 plt.show()
+
+# %% tags=["hide-input"]
 shares.round(4)
 
 # %% [markdown]
@@ -207,6 +224,8 @@ upper = np.triu_indices(len(matrix), 1)
 ax.scatter(accuracy_gap[upper], matrix.to_numpy()[upper], s=12, alpha=0.7)
 ax.set(xlabel="|difference in mean linear-probe AUROC|", ylabel=f"mutual {k}-NN overlap")
 plt.show()
+
+# %% tags=["hide-input"]
 display(Markdown(
     f"Mantel test over {association['n_models']} models: r = {association['mantel_r']:.3f}, "
     f"p = {association['mantel_p']:.3f} ({association['n_permutations']} permutations); "
@@ -284,6 +303,8 @@ ax.plot(sweep["k"], sweep["chance"], linestyle=":", color="grey", label="chance"
 ax.set(xscale="log", xlabel="k", ylabel="mutual kNN overlap")
 ax.legend(frameon=False)
 plt.show()
+
+# %% tags=["hide-input"]
 metrics.round(3)
 
 # %% [markdown]

@@ -1,0 +1,356 @@
+"""crslib.agreement at large N: query subsets, approximate search, recall, error bound, Dask shards."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from crslib import agreement as ag
+from crslib.cluster import open_client
+from crslib.errors import InputError
+
+
+def _rng(seed=0):
+    return np.random.default_rng(seed)
+
+
+def _clustered(n, d=64, n_centres=200, spread=1.5, seed=0):
+    """Gaussian clusters that overlap (spread 1.5 in d=64): neighbours are mostly,
+    not only, cluster mates. The data behind the default ``nprobe`` (see
+    ``crslib.agreement._ivf_params``)."""
+    rng = _rng(seed)
+    centres = rng.normal(size=(n_centres, d))
+    labels = rng.integers(0, n_centres, n)
+    return (centres[labels] + spread * rng.normal(size=(n, d))).astype(np.float32)
+
+
+def _recall(I, E):
+    return float(np.mean(ag.overlap_from_indices(I, E)))
+
+
+@pytest.fixture(scope="module")
+def big():
+    """N=20,000 x 64 clustered data, patient-like groups, and its exact neighbours."""
+    X = _clustered(20_000)
+    groups = _rng(5).integers(0, 5_000, len(X))  # ~4 images per "patient"
+    return {
+        "X": X,
+        "groups": groups,
+        "exact": ag.knn_indices(X, k=10),
+        "exact_groups": ag.knn_indices(X, k=10, exclude_groups=groups),
+    }
+
+
+@pytest.fixture(scope="module")
+def client():
+    # started once: worker processes are spawned and import crslib (seconds)
+    with open_client("local:2") as c:
+        yield c
+
+
+# --------------------------------------------------------------------------- knn_indices(queries=...)
+
+
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_queries_give_the_rows_of_the_full_result(metric):
+    rng = _rng(1)
+    X = rng.normal(size=(3000, 16))
+    groups = rng.integers(0, 400, 3000)
+    for exclude in (None, groups):
+        full, sim = ag.knn_indices(X, k=10, metric=metric, exclude_groups=exclude, return_similarity=True)
+        q = rng.permutation(3000)[:700]  # unsorted, with consecutive runs by chance
+        part, part_sim = ag.knn_indices(
+            X, k=10, metric=metric, exclude_groups=exclude, queries=q, return_similarity=True
+        )
+        np.testing.assert_array_equal(part, full[q])
+        np.testing.assert_array_equal(part_sim, sim[q])
+    # a shuffled contiguous block (first - last + 1 == size, yet not in order)
+    q = np.array([4, 6, 5, 7])
+    np.testing.assert_array_equal(ag.knn_indices(X, k=5, queries=q), ag.knn_indices(X, k=5)[q])
+    assert ag.knn_indices(X, k=5, queries=[]).shape == (0, 5)
+    np.testing.assert_array_equal(ag.knn_indices(X, k=5, queries=range(3000)), ag.knn_indices(X, k=5))
+
+
+def test_bad_queries_raise():
+    X = _rng(2).normal(size=(50, 4))
+    with pytest.raises(InputError, match=r"out of range, first \[50\]"):
+        ag.knn_indices(X, k=3, queries=[0, 50])
+    with pytest.raises(InputError, match=r"out of range, first \[-1\]"):
+        ag.knn_indices(X, k=3, queries=[-1, 2])
+    with pytest.raises(InputError, match=r"unique; repeated rows \[3\]"):
+        ag.knn_indices(X, k=3, queries=[3, 1, 3])
+    with pytest.raises(InputError, match="1-D"):
+        ag.knn_indices(X, k=3, queries=[[0, 1], [2, 3]])
+    with pytest.raises(InputError, match="integer"):
+        ag.knn_indices(X, k=3, queries=[0.0, 1.0])
+
+
+# --------------------------------------------------------------------------- recall
+
+
+def _known_neighbours(k=10, n_clusters=100, d=32, seed=3):
+    """Clusters of k + 1 points tightly around far-apart centres: each point's k
+    nearest neighbours are exactly its cluster mates."""
+    rng = _rng(seed)
+    centres = rng.normal(size=(n_clusters, d))
+    labels = np.repeat(np.arange(n_clusters), k + 1)
+    X = centres[labels] + 1e-3 * rng.normal(size=(len(labels), d))
+    return X, labels
+
+
+def test_recall_with_known_neighbours():
+    k = 10
+    X, labels = _known_neighbours(k)
+    n = len(X)
+    exact = ag.knn_indices(X, k=k)
+    assert (labels[exact] == labels[:, None]).all()  # the construction holds
+    res = ag.knn_recall(X, exact)
+    assert res.recall == 1.0 and (res.ci_low, res.ci_high) == (1.0, 1.0)
+    assert res.n_sample == n and res.k == k and res.per_query.shape == (n,)
+
+    # In every other row, swap 3 of the 10 neighbours for points of other
+    # clusters: recall = 1 - 0.5 * 3/10 = 0.85.
+    wrong = exact.copy()
+    rng = _rng(4)
+    for i in range(0, n, 2):
+        others = np.flatnonzero(labels != labels[i])
+        wrong[i, rng.choice(k, 3, replace=False)] = rng.choice(others, 3, replace=False)
+    res = ag.knn_recall(X, wrong)
+    assert res.recall == pytest.approx(0.85, abs=1e-12)
+    np.testing.assert_array_equal(np.round(res.per_query * k), np.where(np.arange(n) % 2 == 0, 7, 10))
+    assert res.ci_low == res.ci_high == res.recall  # every row compared: no sampling error
+
+    # a sample: the estimate varies, its interval covers the truth
+    part = ag.knn_recall(X, wrong, sample=300, random_state=1)
+    assert part.n_sample == 300 and np.all(np.diff(part.rows) > 0)
+    assert part.ci_low < part.recall < part.ci_high and part.ci_low <= 0.85 <= part.ci_high
+    np.testing.assert_array_equal(part.per_query, res.per_query[part.rows])
+    # a perfect sample still has an interval below 1
+    perfect = ag.knn_recall(X, exact, sample=300)
+    assert perfect.recall == 1.0 and 0.98 < perfect.ci_low < 1.0
+
+    # k: compare the first k columns only
+    wide = ag.knn_indices(X, k=15)
+    assert ag.knn_recall(X, wide, k=10).recall == 1.0
+    with pytest.raises(InputError, match="exceeds"):
+        ag.knn_recall(X, exact, k=11)
+    with pytest.raises(InputError, match="row counts differ"):
+        ag.knn_recall(X, exact[:-1])
+
+
+# --------------------------------------------------------------------------- approximate search
+
+
+def _check_valid(I, n, k, groups=None):
+    assert I.shape == (n, k) and I.dtype == np.int64
+    assert ((I >= 0) & (I < n)).all()
+    assert (I != np.arange(n)[:, None]).all()  # never the query itself
+    srt = np.sort(I, axis=1)
+    assert (srt[:, 1:] != srt[:, :-1]).all()  # no repeats
+    if groups is not None:
+        assert (groups[I] != groups[:, None]).all()
+
+
+def test_ivf_recall_determinism_and_groups(big):
+    X, groups = big["X"], big["groups"]
+    n = len(X)
+    I, sim = ag.approximate_knn_indices(X, k=10, method="ivf", return_similarity=True)
+    _check_valid(I, n, 10)
+    assert _recall(I, big["exact"]) >= 0.9
+    assert (np.diff(sim, axis=1) <= 0).all()  # closest first
+    np.testing.assert_array_equal(I, ag.approximate_knn_indices(X, k=10, method="ivf"))
+    G = ag.approximate_knn_indices(X, k=10, method="ivf", exclude_groups=groups)
+    _check_valid(G, n, 10, groups)
+    assert _recall(G, big["exact_groups"]) >= 0.9
+
+
+def test_hnsw_recall_and_groups(big):
+    X, groups = big["X"], big["groups"]
+    n = len(X)
+    I = ag.approximate_knn_indices(X, k=10, method="hnsw")
+    _check_valid(I, n, 10)
+    assert _recall(I, big["exact"]) >= 0.9
+    G = ag.approximate_knn_indices(X, k=10, method="hnsw", exclude_groups=groups)
+    _check_valid(G, n, 10, groups)
+    assert _recall(G, big["exact_groups"]) >= 0.9
+
+
+@pytest.mark.parametrize("metric", ["euclidean", "ip"])
+def test_approximate_other_metrics_and_whole_cluster_groups(metric):
+    # The group is the cluster: every near candidate is excluded, so the
+    # search must widen (candidates and probes) well beyond the first round.
+    rng = _rng(6)
+    labels = rng.integers(0, 30, 3000)
+    X = 3 * rng.normal(size=(30, 16))[labels] + rng.normal(size=(3000, 16))
+    for method in ("ivf", "hnsw"):
+        I, dist = ag.approximate_knn_indices(
+            X, k=10, metric=metric, exclude_groups=labels, method=method, return_similarity=True
+        )
+        _check_valid(I, 3000, 10, labels)
+        if metric == "euclidean":
+            assert (np.diff(dist, axis=1) >= 0).all()
+        E = ag.knn_indices(X, k=10, metric=metric, exclude_groups=labels)
+        assert _recall(I, E) >= 0.8
+
+
+def test_hnsw_short_rows_fall_back_to_exact(monkeypatch):
+    """A graph walk that finds too few valid neighbours ends in the exact search, not short rows."""
+
+    class Blind:  # an "index" that never finds anything
+        class hnsw:
+            efSearch = 0
+
+        def search(self, Q, kk):
+            return np.full((len(Q), kk), -np.inf, np.float32), np.full((len(Q), kk), -1, np.int64)
+
+    monkeypatch.setattr(ag, "_build_approx_index", lambda *a, **kw: (Blind(), None))
+    X = _rng(7).normal(size=(200, 8))
+    I, info = ag.knn_search(X, k=5, index="hnsw")
+    np.testing.assert_array_equal(I, ag.knn_indices(X, k=5))
+    assert info["params"]["exact_fallback_rows"] == 200 and info["recall"] == 1.0
+
+
+def test_approximate_bad_input():
+    X = _rng(8).normal(size=(100, 4))
+    with pytest.raises(InputError, match="method"):
+        ag.approximate_knn_indices(X, method="lsh")
+    with pytest.raises(InputError, match="nprobe"):
+        ag.approximate_knn_indices(X, nprobe=0)
+    with pytest.raises(InputError, match="nlist=500 must not exceed"):
+        ag.approximate_knn_indices(X, nlist=500)
+    with pytest.raises(InputError, match="k=100 must be smaller"):
+        ag.approximate_knn_indices(X, k=100)
+
+
+# --------------------------------------------------------------------------- overlap error bound
+
+
+def test_overlap_error_bound_formula():
+    assert ag.overlap_error_bound(0.9, 0.8) == pytest.approx(0.3)
+    assert ag.overlap_error_bound(1.0, 1) == 0.0
+    assert ag.overlap_error_bound(0.2, 0.3) == 1.0  # an overlap cannot move by more than 1
+    res = ag.RecallResult(recall=0.95, ci_low=0.93, ci_high=0.97, n_sample=100, k=10,
+                          per_query=np.zeros(0), rows=np.zeros(0, int), n=1000)
+    assert ag.overlap_error_bound(res, 1.0) == pytest.approx(0.07)  # the conservative lower end
+    for bad in (1.5, -0.1, "0.9", True, None):
+        with pytest.raises(InputError):
+            ag.overlap_error_bound(bad, 1.0)
+
+
+def test_overlap_error_bound_holds_empirically():
+    rng = _rng(9)
+    Xa = _clustered(5000, d=32, n_centres=50, seed=9)
+    Xb = Xa + 1.5 * rng.normal(size=Xa.shape).astype(np.float32)
+    k = 10
+    Ea, Eb = ag.knn_indices(Xa, k=k), ag.knn_indices(Xb, k=k)
+    # a deliberately poor IVF (few probes) so the bound is not trivially 0
+    Aa = ag.approximate_knn_indices(Xa, k=k, nlist=64, nprobe=1)
+    Ab = ag.approximate_knn_indices(Xb, k=k, nlist=64, nprobe=1)
+    ra, rb = ag.knn_recall(Xa, Aa), ag.knn_recall(Xb, Ab)  # all rows: the true recall
+    assert ra.recall < 0.98 and rb.recall < 0.98
+    exact_ov = ag.overlap_from_indices(Ea, Eb)
+    approx_ov = ag.overlap_from_indices(Aa, Ab)
+    bound = ag.overlap_error_bound(ra.recall, rb.recall)
+    assert abs(approx_ov.mean() - exact_ov.mean()) <= bound
+    # and per image: the change is at most (miss_a + miss_b) / k
+    assert (np.abs(approx_ov - exact_ov) <= (1 - ra.per_query) + (1 - rb.per_query) + 1e-12).all()
+    # one approximate model, one exact
+    assert abs(ag.overlap_from_indices(Aa, Eb).mean() - exact_ov.mean()) <= ag.overlap_error_bound(ra, 1.0)
+
+
+# --------------------------------------------------------------------------- knn_search and agreement_matrix
+
+
+def test_knn_search_auto_threshold():
+    X = _clustered(5000, d=32, n_centres=50, seed=10)
+    I, info = ag.knn_search(X, k=10)
+    assert info["index"] == "exact" and info["recall"] is None and info["recall_ci"] is None
+    assert info["n"] == 5000 and info["k"] == 10 and info["seconds"] >= 0
+    np.testing.assert_array_equal(I, ag.knn_indices(X, k=10))
+
+    J, info = ag.knn_search(X, k=10, threshold=1000, recall_sample=1000)
+    assert info["index"] == "ivf" and info["recall_sample"] == 1000
+    lo, hi = info["recall_ci"]
+    assert 0 <= lo <= info["recall"] <= hi <= 1 and lo < hi
+    assert info["params"]["nlist"] == 128 and info["params"]["nprobe"] == 16  # 5000 // 39, max(16, 128 // 16)
+    np.testing.assert_array_equal(J, ag.approximate_knn_indices(X, k=10))  # same defaults, same seed
+    assert info["recall"] == ag.knn_recall(X, J, sample=1000).recall
+
+    _, info = ag.knn_search(X, k=10, index="hnsw", recall_sample=50_000)
+    assert info["index"] == "hnsw" and info["recall_sample"] == 5000
+    assert info["recall_ci"] == [info["recall"], info["recall"]]
+    with pytest.raises(InputError, match="index must be one of"):
+        ag.knn_search(X, index="annoy")
+    with pytest.raises(InputError, match="threshold"):
+        ag.knn_search(X, threshold=-1)
+    with pytest.raises(InputError, match="recall_sample"):
+        ag.knn_search(X, index="ivf", recall_sample=0)
+
+
+def _models(n=3000, seed=11):
+    rng = _rng(seed)
+    Z = _clustered(n, d=16, n_centres=40, seed=seed)
+    return {
+        "a": Z @ rng.normal(size=(16, 24)) + rng.normal(size=(n, 24)),
+        "b": Z @ rng.normal(size=(16, 20)) + rng.normal(size=(n, 20)),
+        "c": rng.normal(size=(n, 12)),
+    }
+
+
+def test_agreement_matrix_approximate_reports_search_and_bound():
+    emb = _models()
+    exact = ag.agreement_matrix(emb, k=10)
+    # the exact default is what it was: pairwise exact overlaps
+    for a, b in [("a", "b"), ("a", "c"), ("b", "c")]:
+        assert exact.loc[a, b] == ag.mutual_knn_overlap(emb[a], emb[b], k=10)
+    assert set(exact.attrs["search"]) == {"a", "b", "c"}
+    assert all(s["index"] == "exact" for s in exact.attrs["search"].values())
+    assert "overlap_error_bound" not in exact.attrs
+    assert ag.agreement_matrix(emb, k=10, index="exact").equals(exact)
+
+    A = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=1000)
+    search = A.attrs["search"]
+    assert all(s["index"] == "ivf" and 0 <= s["recall_ci"][0] <= s["recall"] <= 1 for s in search.values())
+    bounds = A.attrs["overlap_error_bound"]
+    assert set(bounds) == {"a|b", "a|c", "b|c"}
+    for pair, bound in bounds.items():
+        a, b = pair.split("|")
+        assert bound == pytest.approx((1 - search[a]["recall_ci"][0]) + (1 - search[b]["recall_ci"][0]))
+        assert abs(A.loc[a, b] - exact.loc[a, b]) <= bound
+
+    # "auto" above a (low) threshold goes approximate too
+    auto = ag.agreement_matrix(emb, k=10, threshold=1000, recall_sample=1000)
+    assert auto.equals(A) and auto.attrs["overlap_error_bound"] == bounds
+    with pytest.raises(InputError, match="index must be one of"):
+        ag.agreement_matrix(emb, index="flat")
+
+
+# --------------------------------------------------------------------------- Dask
+
+
+def test_knn_search_on_dask_equals_in_process(client):
+    rng = _rng(12)
+    X = rng.normal(size=(3000, 16))
+    groups = rng.integers(0, 600, 3000)
+    local, info = ag.knn_search(X, k=10, exclude_groups=groups)
+    for block in (700, None):  # uneven blocks; the default size
+        shards, dinfo = ag.knn_search(X, k=10, exclude_groups=groups, client=client, query_block=block)
+        np.testing.assert_array_equal(shards, local)
+        assert dinfo["index"] == "exact"
+    local, info = ag.knn_search(X, k=10, index="ivf", recall_sample=500)
+    remote, rinfo = ag.knn_search(X, k=10, index="ivf", recall_sample=500, client=client)
+    np.testing.assert_array_equal(remote, local)
+    assert rinfo["recall"] == info["recall"] and rinfo["recall_ci"] == info["recall_ci"]
+
+
+def test_agreement_matrix_on_dask_equals_in_process(client):
+    emb = _models(2000, seed=13)
+    groups = _rng(13).integers(0, 500, 2000)
+    A, per = ag.agreement_matrix(emb, k=10, exclude_groups=groups, return_per_image=True)
+    B, per_b = ag.agreement_matrix(emb, k=10, exclude_groups=groups, return_per_image=True, scheduler=client)
+    assert A.equals(B) and per.equals(per_b)
+    A = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=500)
+    B = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=500, scheduler=client)
+    assert A.equals(B) and A.attrs["overlap_error_bound"] == B.attrs["overlap_error_bound"]
+    with pytest.raises(InputError, match="model 'c'"):
+        ag.agreement_matrix({**emb, "c": np.zeros((2000, 3))}, k=10, scheduler=client)
