@@ -246,9 +246,12 @@ def _cmd_book(args: argparse.Namespace) -> int:
     from crslib.runner import build_book
 
     record = build_book(args.config or args.preset, only=args.only, build=not args.no_build,
-                        repository_url=args.repository_url)
+                        repository_url=args.repository_url, reuse=not args.rerun)
     for notebook in record.notebooks:
-        print(f"{notebook.name}: {notebook.seconds:.1f} s")
+        if notebook.reused_from:
+            print(f"{notebook.name}: reused from run {notebook.reused_from} (identical execution)")
+        else:
+            print(f"{notebook.name}: {notebook.seconds:.1f} s")
     print(f"run folder: {record.run_dir}")
     if record.html_index:
         print(f"book built in {record.build_seconds:.1f} s: {record.html_index}")
@@ -403,6 +406,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", metavar="FILE", help="a YAML config file instead of a preset")
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="run only these notebooks (name or number)")
     p.add_argument("--no-build", action="store_true", help="execute the notebooks but do not build HTML")
+    p.add_argument("--rerun", action="store_true",
+                   help="execute every notebook, even one whose identical execution (same source, parameters, "
+                   "crslib code and package versions, on the embedded default data) an earlier run cached")
     p.add_argument("--repository-url", metavar="URL",
                    help="public repository (https://github.com/ORG/REPO) for the repository, Binder and "
                    "Colab buttons; overrides repository.url in _config.yml (default: no such buttons)")

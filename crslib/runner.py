@@ -28,8 +28,8 @@ from typing import Any
 
 import yaml
 
-from crslib._io import atomic_write_json, atomic_write_text
-from crslib.config import load_preset
+from crslib._io import atomic_write_json, atomic_write_text, digest_of, file_sha256
+from crslib.config import cache_dir, load_preset
 from crslib.errors import ConfigError, NotebookError
 
 log = logging.getLogger(__name__)
@@ -50,6 +50,7 @@ class NotebookRecord:
     parameters: dict[str, Any]
     seconds: float
     output: str
+    reused_from: str | None = None  # the run whose identical execution this one reuses
 
 
 @dataclass
@@ -222,14 +223,97 @@ def execute_notebook(source: Path, output: Path, parameters: dict[str, Any], *, 
     return time.perf_counter() - start
 
 
+#: Bump when what an executed notebook depends on changes in a way the key misses.
+EXECUTION_CACHE_VERSION = 1
+
+
+def _names_external_input(value: Any) -> bool:
+    """True when a parameter names something outside the embedded default:
+    a file or folder of the user's, local weights, an ONNX file or the HF
+    cache, whose content the execution key does not cover."""
+    if not isinstance(value, str):
+        return False
+    text = value.strip()
+    if text.startswith("phantom"):
+        return False
+    if any(token in text for token in ("weights=", "pretrained=hf", "onnx:")):
+        return True
+    return bool(text) and os.path.exists(os.path.expanduser(text))
+
+
+def _code_digest() -> str:
+    package = Path(__file__).resolve().parent
+    return digest_of([[p.name, file_sha256(p)] for p in sorted(package.glob("*.py"))])
+
+
+def execution_key(source: Path, parameters: dict[str, Any], upstream: str, versions: dict[str, str]) -> str | None:
+    """Content key of one notebook execution, or None when it may not be reused.
+
+    The key covers the notebook's source, its parameters (the run-specific
+    ``results_dir`` aside), the crslib code, the package versions and the keys
+    of the notebooks executed before it in the run (a later notebook may read
+    an earlier one's results). Everything else a notebook on the embedded
+    default reads (the phantom, the zoo, the shipped weights) follows from
+    these. A notebook whose parameters name the user's own files gets no key:
+    it always executes.
+    """
+    if any(_names_external_input(v) for k, v in parameters.items() if k != "results_dir"):
+        return None
+    return digest_of([
+        EXECUTION_CACHE_VERSION, source.read_text(encoding="utf-8"),
+        {k: v for k, v in sorted(parameters.items()) if k != "results_dir"}, _code_digest(), versions, upstream,
+    ])
+
+
+def _reuse_execution(key: str, output: Path, results: Path, run_dir: Path) -> dict[str, Any] | None:
+    """Copy a cached execution into this run; return its record or None."""
+    entry = cache_dir() / "executions" / key
+    try:
+        meta = json.loads((entry / "execution.json").read_text(encoding="utf-8"))
+        text = (entry / "notebook.ipynb").read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+    # the injected parameters name the earlier run's folder; this copy belongs to this run
+    atomic_write_text(output, text.replace(json.dumps(meta["run_dir"])[1:-1], json.dumps(str(run_dir))[1:-1]))
+    if (entry / "results").is_dir():
+        if results.exists():
+            shutil.rmtree(results)
+        shutil.copytree(entry / "results", results)
+    return meta
+
+
+def _store_execution(key: str, output: Path, results: Path, run_dir: Path, run_id: str, seconds: float) -> None:
+    entry = cache_dir() / "executions" / key
+    staging = entry.with_name(entry.name + ".tmp")
+    try:
+        if staging.exists():
+            shutil.rmtree(staging)
+        staging.mkdir(parents=True)
+        shutil.copy2(output, staging / "notebook.ipynb")
+        if results.is_dir():
+            shutil.copytree(results, staging / "results")
+        atomic_write_json(staging / "execution.json", {"run_id": run_id, "run_dir": str(run_dir), "seconds": seconds})
+        if entry.exists():
+            shutil.rmtree(entry)
+        os.replace(staging, entry)  # complete or absent, never half-written
+    except OSError as exc:
+        log.warning("cannot cache the execution of %s (%s); continuing", output.name, exc)
+
+
 def run_notebooks(
     preset: str | os.PathLike = "default",
     *,
     only: Sequence[str] | None = None,
     run_root: str | os.PathLike | None = None,
     notebook_dir: str | os.PathLike | None = None,
+    reuse: bool = True,
 ) -> RunRecord:
     """Execute the book's notebooks with a preset into a new run folder.
+
+    A notebook whose execution key (:func:`execution_key`) matches an earlier
+    execution is not run again: its executed copy and result files are copied
+    into the new run folder, and ``run.json`` names the run it comes from.
+    Notebooks on the user's own files always execute.
 
     Parameters
     ----------
@@ -241,6 +325,9 @@ def run_notebooks(
         Parent folder of run folders; default ``runs/`` in the repository.
     notebook_dir : path, optional
         Where the notebook sources are; default ``notebooks/``.
+    reuse : bool
+        Reuse identical earlier executions (default True); False executes
+        every notebook.
 
     Returns
     -------
@@ -265,16 +352,28 @@ def run_notebooks(
         started_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         versions=package_versions(),
     )
+    upstream = ""
     for source in notebooks:
         # every parameter the notebook ran with, its defaults included, so that run.json is complete
         parameters = {**notebook_parameters(source), **resolve_parameters(config, source)}
-        parameters["results_dir"] = str(run_dir / "results" / source.stem)
+        results = run_dir / "results" / source.stem
+        parameters["results_dir"] = str(results)
         output = run_dir / "notebooks" / f"{source.stem}.ipynb"
-        log.info("executing %s with %s", source.name, parameters)
-        seconds = execute_notebook(source, output, parameters, cwd=run_dir)
-        record.notebooks.append(NotebookRecord(source.stem, parameters, round(seconds, 2), str(output)))
+        key = execution_key(source, parameters, upstream, record.versions)
+        upstream = key or digest_of([upstream, source.stem, record.run_id])  # no key: nothing after it reuses
+        reused = _reuse_execution(key, output, results, run_dir) if (key and reuse) else None
+        if reused is not None:
+            log.info("%s: reusing the identical execution of run %s", source.stem, reused["run_id"])
+            record.notebooks.append(NotebookRecord(source.stem, parameters, 0.0, str(output),
+                                                   reused_from=str(reused["run_id"])))
+        else:
+            log.info("executing %s with %s", source.name, parameters)
+            seconds = execute_notebook(source, output, parameters, cwd=run_dir)
+            record.notebooks.append(NotebookRecord(source.stem, parameters, round(seconds, 2), str(output)))
+            if key:
+                _store_execution(key, output, results, run_dir, run_id, round(seconds, 2))
+            log.info("%s done in %.1f s", source.stem, seconds)
         atomic_write_json(run_dir / "run.json", record.to_dict())
-        log.info("%s done in %.1f s", source.stem, seconds)
     atomic_write_json(run_dir / "run.json", record.to_dict())
     return record
 
@@ -400,8 +499,14 @@ def render_reproducibility(record: RunRecord) -> str:
         "## Notebooks: parameters and time", "",
     ]
     lines += table(["notebook", "seconds", "parameters"],
-                   [(n.name, f"{n.seconds:.1f}", ", ".join(f"`{k}={v}`" for k, v in n.parameters.items()
-                                                             if k != "results_dir")) for n in record.notebooks])
+                   [(n.name, f"reused from run `{n.reused_from}`" if n.reused_from else f"{n.seconds:.1f}",
+                     ", ".join(f"`{k}={v}`" for k, v in n.parameters.items() if k != "results_dir"))
+                    for n in record.notebooks])
+    if any(n.reused_from for n in record.notebooks):
+        lines += ["A notebook *reused from* an earlier run was not executed again: that run executed the same "
+                  "notebook source with the same parameters, crslib code and package versions, after the same "
+                  "notebooks, on the embedded default data, so this build shows its outputs and copies its result "
+                  "files. `crs book --rerun` executes every notebook.", ""]
     if prov.get("seeds"):
         lines += ["## Seeds", ""] + table(["parameter", "value"], sorted(prov["seeds"].items()))
     if prov.get("data"):
@@ -488,11 +593,12 @@ def build_book(
     book_root: str | os.PathLike | None = None,
     build: bool = True,
     repository_url: str | None = None,
+    reuse: bool = True,
 ) -> RunRecord:
     """Run the notebooks with a preset, stage them and build the HTML book
     (see :func:`build_html` for ``repository_url``)."""
     _check_repository_url(repository_url)  # before the notebooks run, not after
-    record = run_notebooks(preset, only=only, run_root=run_root)
+    record = run_notebooks(preset, only=only, run_root=run_root, reuse=reuse)
     record.provenance = collect_provenance(record)
     atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
     stage_run(record, book_root=book_root)

@@ -153,7 +153,7 @@ def test_two_runs_with_the_same_parameters_give_identical_tables(quick_book, tmp
     from crslib.runner import run_notebooks
 
     _, first = quick_book
-    second = run_notebooks("quick", only=["03", "06"], run_root=tmp_path / "runs")
+    second = run_notebooks("quick", only=["03", "06"], run_root=tmp_path / "runs", reuse=False)  # execute again
     compared = 0
     for name in ("03_transfer", "06_representation_risk"):
         a_dir = Path(first.run_dir) / "results" / name

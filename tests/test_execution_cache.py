@@ -1,0 +1,94 @@
+"""A warm rebuild reuses identical notebook executions, and only those."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crslib.runner import _names_external_input, run_notebooks
+
+NOTEBOOK = '''# %% tags=["parameters"]
+data = "phantom?patients=10"
+draws = 3
+results_dir = "results/x"
+
+# %%
+import json, pathlib, random
+pathlib.Path(results_dir).mkdir(parents=True, exist_ok=True)
+value = [random.random() for _ in range(draws)]  # unseeded: a new execution gives new numbers
+pathlib.Path(results_dir, "value.json").write_text(json.dumps(value))
+print(value)
+'''
+
+READER = '''# %% tags=["parameters"]
+results_dir = "results/y"
+
+# %%
+import json, pathlib
+upstream = json.loads((pathlib.Path(results_dir).parent / "01_draw" / "value.json").read_text())
+pathlib.Path(results_dir).mkdir(parents=True, exist_ok=True)
+pathlib.Path(results_dir, "sum.json").write_text(json.dumps(sum(upstream)))
+'''
+
+
+@pytest.fixture()
+def book(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRS_CACHE_DIR", str(tmp_path / "cache"))
+    notebooks = tmp_path / "notebooks"
+    notebooks.mkdir()
+    (notebooks / "01_draw.py").write_text(NOTEBOOK)
+    (notebooks / "02_read.py").write_text(READER)
+
+    def run(config: dict, **kwargs):
+        path = tmp_path / f"config{len(list(tmp_path.glob('config*.yaml')))}.yaml"
+        path.write_text(json.dumps({"name": "t", **config}))
+        record = run_notebooks(str(path), run_root=tmp_path / "runs", notebook_dir=notebooks, **kwargs)
+        values = json.loads((Path(record.run_dir) / "results" / "01_draw" / "value.json").read_text())
+        return record, values
+
+    return run, notebooks
+
+
+def test_identical_execution_is_reused_and_anything_else_executes(book) -> None:
+    run, notebooks = book
+    first, a = run({"parameters": {"draws": 3}})
+    assert [n.reused_from for n in first.notebooks] == [None, None]
+    second, b = run({"parameters": {"draws": 3}})
+    assert b == a and [n.reused_from for n in second.notebooks] == [first.run_id] * 2
+    assert second.run_dir != first.run_dir  # a new run folder all the same
+    # the copied notebook names its own run's results folder, not the earlier run's
+    text = Path(second.notebooks[0].output).read_text()
+    assert second.run_dir in text and first.run_dir not in text
+    reader = json.loads((Path(second.run_dir) / "results" / "02_read" / "sum.json").read_text())
+    assert reader == pytest.approx(sum(a))
+
+    third, c = run({"parameters": {"draws": 4}})  # other parameters: executes
+    assert len(c) == 4 and third.notebooks[0].reused_from is None
+    forced, d = run({"parameters": {"draws": 3}}, reuse=False)
+    assert d != a and forced.notebooks[0].reused_from is None
+
+    (notebooks / "01_draw.py").write_text(NOTEBOOK.replace("print(value)", "print(len(value))"))
+    edited, e = run({"parameters": {"draws": 3}})  # changed source: executes, and so does what reads it
+    assert e != a and [n.reused_from for n in edited.notebooks] == [None, None]
+
+
+def test_runs_on_the_users_own_files_always_execute(book, tmp_path) -> None:
+    run, _ = book
+    own = tmp_path / "my_images"
+    own.mkdir()
+    _, a = run({"parameters": {"data": str(own)}})
+    again, b = run({"parameters": {"data": str(own)}})
+    assert b != a and again.notebooks[0].reused_from is None
+    # and the notebook after one that executed is not reused either
+    assert again.notebooks[1].reused_from is None
+
+
+@pytest.mark.parametrize("value, external", [
+    ("phantom?patients=150&size=64&seed=0", False), ("timm:resnet18?size=64", False), (3, False),
+    ("timm:resnet50?weights=/w.pth", True), ("timm:vit?pretrained=hf", True), ("onnx:/m.onnx#out", True),
+    (".", True),
+])
+def test_what_counts_as_the_users_own_input(value, external) -> None:
+    assert _names_external_input(value) is external
