@@ -76,14 +76,17 @@ def test_bench_directive_renders_rows_and_says_when_nothing_is_recorded(crs_book
     assert rows[1].astext().split("\n\n")[3] == "yes" and rows[2].astext().split("\n\n")[3] == "no"
 
 
-def test_committed_bench_results_cover_every_benchmark() -> None:
+def test_committed_bench_results_are_well_formed() -> None:
+    """bench/results.json, as make bench last wrote it: one entry per bench
+    script that has run (none stale), each saying where and when it was measured."""
     data = json.loads((REPO_ROOT / "bench" / "results.json").read_text())
     scripts = {p.stem.removeprefix("bench_") for p in (REPO_ROOT / "bench").glob("bench_*.py")}
-    assert set(data["benchmarks"]) == scripts
-    measures = " ".join(r["measure"] for e in data["benchmarks"].values() for r in e["rows"])
-    for needle in ("phantom rate", "embedding throughput ratio", "agreement_matrix time",
-                   "preset quick, cold", "preset quick, warm", "preset default, cold", "preset default, warm"):
-        assert needle in measures, needle
+    assert data["benchmarks"] and set(data["benchmarks"]) <= scripts
+    for name, entry in data["benchmarks"].items():
+        assert entry["machine"]["cpus"] >= 1 and entry["recorded_utc"] and entry["commit"], name
+        assert entry["command"].startswith(f"python bench/bench_{name}.py"), entry["command"]
+        assert entry["rows"] and all(r["measure"] and r["value"] for r in entry["rows"]), name
+        assert all(r["passed"] in (True, False, None) for r in entry["rows"]), name
 
 
 # ---------------------------------------------------------------- buttons
