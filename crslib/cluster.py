@@ -37,7 +37,7 @@ from crslib.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["open_client", "run_tasks", "describe_scheduler", "worker_count"]
+__all__ = ["open_client", "run_tasks", "worker_count"]
 
 #: Seconds to wait for a scheduler before giving up with a ConfigError.
 CONNECT_TIMEOUT_S = 20
@@ -54,15 +54,6 @@ def _local_workers(scheduler: str) -> int:
     if n < 1:
         raise ConfigError(f"scheduler {scheduler!r}: 'local:N' needs a positive number of workers")
     return n
-
-
-def describe_scheduler(scheduler: Any) -> str:
-    """A short, printable name for a ``scheduler`` argument."""
-    if scheduler is None:
-        return "in-process"
-    if isinstance(scheduler, str):
-        return scheduler
-    return f"dask client {getattr(scheduler, 'scheduler', None) and scheduler.scheduler.address}"
 
 
 @contextlib.contextmanager
