@@ -73,6 +73,7 @@ def timed_build(preset: str, book_root: Path, cache: Path, *, reuse: bool = True
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("presets", nargs="*", default=["quick", "default"], choices=sorted(COLD_TARGET_S))
+    parser.add_argument("--no-rerun", action="store_true", help="skip the --rerun build of the quick preset")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     table = []
@@ -83,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
             load = os.getloadavg()[0]
             cold = timed_build(preset, book_copy(tmp / "cold"), cache)
             warm = timed_build(preset, book_copy(tmp / "warm"), cache)
-            rerun = timed_build(preset, book_copy(tmp / "rerun"), cache, reuse=False) if preset == "quick" else None
+            rerun = timed_build(preset, book_copy(tmp / "rerun"), cache, reuse=False) if (
+                preset == "quick" and not args.no_rerun) else None
             load_after = os.getloadavg()[0]
         cold_target = COLD_TARGET_S[preset]
         rerun_text = f"rerun {rerun:.0f} s, " if rerun is not None else ""
