@@ -175,6 +175,48 @@ def test_hnsw_recall_and_groups(big):
     assert _recall(G, big["exact_groups"]) >= 0.9
 
 
+def test_ivfpq_reranks_exactly_and_finds_the_neighbours(big):
+    X, groups = big["X"], big["groups"]
+    n = len(X)
+    I, sim = ag.approximate_knn_indices(X, k=10, method="ivfpq", return_similarity=True)
+    _check_valid(I, n, 10)
+    # these overlapping clusters are hard for 8-byte codes: more re-ranking helps
+    assert _recall(I, big["exact"]) >= 0.85
+    assert _recall(ag.approximate_knn_indices(X, k=10, method="ivfpq", refine_factor=16), big["exact"]) >= 0.9
+    # the codes only pick candidates: the scores returned are the exact cosines
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    np.testing.assert_allclose(sim, np.einsum("ikj,ij->ik", Xn[I], Xn), atol=1e-5)
+    assert (np.diff(sim, axis=1) <= 0).all()
+    np.testing.assert_array_equal(I, ag.approximate_knn_indices(X, k=10, method="ivfpq"))
+    G = ag.approximate_knn_indices(X, k=10, method="ivfpq", exclude_groups=groups)
+    _check_valid(G, n, 10, groups)
+    assert _recall(G, big["exact_groups"]) >= 0.85
+    # with every list probed and every row a candidate, nothing is approximate
+    small = X[:PQ_ROWS]
+    full = ag.approximate_knn_indices(small, k=10, method="ivfpq", nlist=16, nprobe=16, refine_factor=PQ_ROWS)
+    np.testing.assert_array_equal(full, ag.knn_indices(small, k=10))
+
+
+PQ_ROWS = ag.PQ_MIN_ROWS
+
+
+def test_ivfpq_euclidean_and_too_few_rows():
+    X = _clustered(PQ_ROWS, d=32, n_centres=500, spread=0.5, seed=12)  # ~20 per cluster, as in images
+    I, dist = ag.approximate_knn_indices(X, k=10, metric="euclidean", method="ivfpq", return_similarity=True)
+    _check_valid(I, len(X), 10)
+    np.testing.assert_allclose(dist, np.linalg.norm(X[I] - X[:, None, :], axis=2), rtol=1e-4)
+    assert _recall(I, ag.knn_indices(X, k=10, metric="euclidean")) >= 0.98
+    with pytest.raises(InputError, match="at least 9,984 images"):
+        ag.approximate_knn_indices(X[:-1], method="ivfpq")
+    with pytest.raises(InputError, match="refine_factor"):
+        ag.approximate_knn_indices(X, method="ivfpq", refine_factor=0)
+
+
+@pytest.mark.parametrize(("d", "m"), [(512, 64), (768, 96), (64, 8), (100, 20), (7, 1), (24, 3)])
+def test_pq_subquantizers_divide_the_dimension(d, m):
+    assert ag._pq_subquantizers(d) == m and d % m == 0
+
+
 @pytest.mark.parametrize("metric", ["euclidean", "ip"])
 def test_approximate_other_metrics_and_whole_cluster_groups(metric):
     # The group is the cluster: every near candidate is excluded, so the
@@ -275,6 +317,13 @@ def test_knn_search_auto_threshold():
     assert info["params"]["nlist"] == 128 and info["params"]["nprobe"] == 16  # 5000 // 39, max(16, 128 // 16)
     np.testing.assert_array_equal(J, ag.approximate_knn_indices(X, k=10))  # same defaults, same seed
     assert info["recall"] == ag.knn_recall(X, J, sample=1000).recall
+
+    # above PQ_MIN_ROWS rows "auto" takes the compressed index
+    Y = _clustered(PQ_ROWS, d=32, n_centres=500, spread=0.5, seed=10)
+    K, info = ag.knn_search(Y, k=10, threshold=1000, recall_sample=500)
+    assert info["index"] == "ivfpq" and info["recall"] >= 0.9
+    assert info["params"]["pq_m"] == 4 and info["params"]["refine_factor"] == 8
+    np.testing.assert_array_equal(K, ag.approximate_knn_indices(Y, k=10, method="ivfpq"))
 
     _, info = ag.knn_search(X, k=10, index="hnsw", recall_sample=50_000)
     assert info["index"] == "hnsw" and info["recall_sample"] == 5000
