@@ -3,6 +3,10 @@
 Needs Debian's ``chromium`` and ``chromium-driver`` (``.ci/run`` installs
 them). Without them the test is skipped with a message saying how to install
 them, except under ``CI=true``, where it fails instead.
+
+To check a book built by ``make book`` (any preset) instead of the quick
+build, name its folder: ``CRS_BROWSER_BOOK=. .venv/bin/python -m pytest
+tests/test_browser.py``.
 """
 
 from __future__ import annotations
@@ -45,10 +49,23 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def site(quick_book):
+def book_under_test(request) -> tuple[Path, Path]:
+    """(book root, html folder): the quick build, or the book in $CRS_BROWSER_BOOK."""
+    given = os.environ.get("CRS_BROWSER_BOOK")
+    if not given:
+        root, record = request.getfixturevalue("quick_book")
+        return root, Path(record.html_index).parent
+    root = Path(given).resolve()
+    html_dir = root / "_build" / "html"
+    if not (html_dir / "index.html").is_file():
+        pytest.fail(f"CRS_BROWSER_BOOK={given}: no _build/html/index.html there; build it with make book")
+    return root, html_dir
+
+
+@pytest.fixture(scope="module")
+def site(book_under_test):
     """The built HTML served on localhost: (base URL, html folder)."""
-    root, record = quick_book
-    html_dir = Path(record.html_index).parent
+    html_dir = book_under_test[1]
     handler = functools.partial(_QuietHandler, directory=str(html_dir))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -79,13 +96,14 @@ def browser(tmp_path_factory):
 
 def _pages(html_dir: Path) -> list[Path]:
     skip = {"_static", "_sources", "_images", "_sphinx_design_static", "_panels_static"}
-    return sorted(p for p in html_dir.rglob("*.html") if not (set(p.relative_to(html_dir).parts) & skip))
+    return sorted(p for p in html_dir.rglob("*.html")
+                  if not any(part in skip or part.startswith(".") for part in p.relative_to(html_dir).parts))
 
 
 @pytest.mark.slow
-def test_every_page_loads_without_errors_with_images_and_working_links(site, browser, quick_book) -> None:
+def test_every_page_loads_without_errors_with_images_and_working_links(site, browser, book_under_test) -> None:
     base, html_dir = site
-    root, _ = quick_book
+    root = book_under_test[0]
     shots = root / "_build" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     pages = _pages(html_dir)
