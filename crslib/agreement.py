@@ -1082,11 +1082,12 @@ def _approx_knn_task(
     method: str,
     recall_sample: int,
     random_state: int | None,
+    nprobe: int | None = None,
 ) -> tuple[np.ndarray, RecallResult, dict]:
     """Approximate neighbours of one model and their measured recall (one shard task)."""
     Xw, _ = _prepare(X, metric)
     ids, _, params = _approximate_knn(
-        Xw, k=k, metric=metric, gcodes=exclude_groups, method=method, nlist=None, nprobe=None,
+        Xw, k=k, metric=metric, gcodes=exclude_groups, method=method, nlist=None, nprobe=nprobe,
         hnsw_m=32, ef_search=None, seed=random_state,
     )
     recall = knn_recall(X, ids, k=k, metric=metric, exclude_groups=exclude_groups,
@@ -1094,12 +1095,13 @@ def _approx_knn_task(
     return ids, recall, params
 
 
-def _check_search_options(index: Any, threshold: Any, recall_sample: Any) -> None:
+def _check_search_options(index: Any, threshold: Any, recall_sample: Any, nprobe: Any = None) -> None:
     if index not in INDEX_CHOICES:
         raise InputError(f"index must be one of {INDEX_CHOICES}, got {index!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, np.integer)) or threshold < 0:
         raise InputError(f"threshold must be a non-negative integer (images), got {threshold!r}")
     _check_positive_int(recall_sample, "recall_sample")
+    _check_positive_int(nprobe, "nprobe", allow_none=True)
 
 
 def _search(
@@ -1114,9 +1116,10 @@ def _search(
     random_state: int | None,
     client: Any,
     query_block: int | None,
+    nprobe: int | None = None,
 ) -> tuple[np.ndarray, dict, RecallResult | None]:
     start_time = time.perf_counter()
-    _check_search_options(index, threshold, recall_sample)
+    _check_search_options(index, threshold, recall_sample, nprobe)
     query_block = _check_positive_int(query_block, "query_block", allow_none=True)
     seed = _check_seed(random_state)
     if metric not in METRICS:
@@ -1128,9 +1131,10 @@ def _search(
     k = _check_k(k, n)
     gcodes = _group_codes(exclude_groups, n, k)  # fails here, not in a task on a worker
     if index == "auto":
-        # IVF-PQ above the threshold: measured on 2 cores at N=100,000, d=512,
-        # it searched in 43 s single-threaded where IVF-Flat (memory bound)
-        # and the exact search each took ~4 min, at the same recall@10 (0.94).
+        # IVF-PQ above the threshold: at N=100,000, d=512 (bench_scale's data,
+        # one thread, same process) it took 129 s where IVF-Flat with the same
+        # cells and probes took 228 s, at the same recall@10 (0.941 vs 0.936);
+        # IVF-Flat streams full rows from memory, so the gap widens with N.
         method = "exact" if n <= threshold else ("ivfpq" if n >= PQ_MIN_ROWS else "ivf")
     else:
         method = index
@@ -1148,7 +1152,7 @@ def _search(
             tasks = [(s, min(n, s + block)) for s in range(0, n, block)]
             ids = np.concatenate(run_tasks(client, _knn_block_task, tasks, shared=shared))
     else:
-        shared.update(method=method, recall_sample=recall_sample, random_state=seed)
+        shared.update(method=method, recall_sample=recall_sample, random_state=seed, nprobe=nprobe)
         ((ids, recall, params),) = run_tasks(client, _approx_knn_task, [()], shared=shared)
     info = {
         "index": method,
@@ -1175,6 +1179,7 @@ def knn_search(
     random_state: int | None = 0,
     client: Any = None,
     query_block: int | None = None,
+    nprobe: int | None = None,
 ) -> tuple[np.ndarray, dict]:
     """k nearest neighbours of every row: exact up to a size, approximate (with measured recall) beyond.
 
@@ -1208,6 +1213,11 @@ def knn_search(
     query_block : int, optional
         Query rows per exact-search task; default
         ``max(1000, ceil(N / (4 * workers)))``.
+    nprobe : int, optional
+        IVF / IVF-PQ cells scanned per query (see
+        :func:`approximate_knn_indices`); raise it when the measured recall
+        is too low. The search time grows about in proportion. Ignored by
+        the exact and HNSW searches.
 
     Returns
     -------
@@ -1236,6 +1246,7 @@ def knn_search(
     ids, info, _ = _search(
         X, k=k, metric=metric, exclude_groups=exclude_groups, index=index, threshold=threshold,
         recall_sample=recall_sample, random_state=random_state, client=client, query_block=query_block,
+        nprobe=nprobe,
     )
     return ids, info
 
@@ -1374,6 +1385,7 @@ def agreement_matrix(
     threshold: int = APPROX_THRESHOLD,
     recall_sample: int = 20_000,
     scheduler: Any = None,
+    nprobe: int | None = None,
 ) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
     """Mutual kNN overlap between every pair of models.
 
@@ -1408,6 +1420,11 @@ def agreement_matrix(
         once for all models): None in this process; otherwise as Dask
         tasks, several models at a time (up to one per worker). The result
         does not depend on it.
+    nprobe : int, optional
+        Cells scanned per query by an IVF or IVF-PQ search (:func:`knn_search`);
+        default ``max(16, min(nlist // 16, 64))``. At N=1,000,000 the default
+        (64 of 4,000 cells) measured recall@10 0.725 on the synthetic data of
+        ``bench/bench_scale.py``; raise it when the reported bound is too wide.
 
     Returns
     -------
@@ -1439,13 +1456,13 @@ def agreement_matrix(
     if len(set(names)) != len(names):
         raise InputError(f"model names must be unique as strings, got {names}")
     _check_same_rows(embeddings)
-    _check_search_options(index, threshold, recall_sample)  # before a cluster is started
+    _check_search_options(index, threshold, recall_sample, nprobe)  # before a cluster is started
 
     def search(name: str, X: Any, client: Any) -> tuple[np.ndarray, dict, RecallResult | None]:
         try:
             return _search(
                 X, k=k, metric=metric, exclude_groups=exclude_groups, index=index, threshold=threshold,
-                recall_sample=recall_sample, random_state=0, client=client, query_block=None,
+                recall_sample=recall_sample, random_state=0, client=client, query_block=None, nprobe=nprobe,
             )
         except InputError as exc:
             raise InputError(f"model {name!r}: {exc}") from exc

@@ -336,6 +336,21 @@ def test_knn_search_auto_threshold():
         ag.knn_search(X, index="ivf", recall_sample=0)
 
 
+def test_nprobe_reaches_the_search_and_trades_recall():
+    X = _clustered(5000, d=32, n_centres=50, seed=13)
+    _, few = ag.knn_search(X, k=10, index="ivf", nprobe=1, recall_sample=1000)
+    _, many = ag.knn_search(X, k=10, index="ivf", nprobe=64, recall_sample=1000)
+    assert few["params"]["nprobe"] == 1 and many["params"]["nprobe"] == 64
+    assert few["recall"] < many["recall"]
+    A = ag.agreement_matrix({"a": X, "b": X[:, ::-1].copy()}, k=10, index="ivf", nprobe=2, recall_sample=500)
+    assert {s["params"]["nprobe"] for s in A.attrs["search"].values()} == {2}
+    _, exact = ag.knn_search(X, k=10, nprobe=2)  # below the threshold: exact, nprobe unused
+    assert exact["index"] == "exact" and exact["params"] is None
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(InputError, match="nprobe"):
+            ag.agreement_matrix({"a": X, "b": X}, index="ivf", nprobe=bad)
+
+
 def _models(n=3000, seed=11):
     rng = _rng(seed)
     Z = _clustered(n, d=16, n_centres=40, seed=seed)
