@@ -189,6 +189,17 @@ def test_performance_page_renders_the_bench_results(quick_book) -> None:
             assert html.escape(row["value"]) in page, row["measure"]
 
 
+def test_the_root_redirect_page_finds_a_favicon(quick_book) -> None:
+    """The root index.html links no icon, so browsers fetch /favicon.ico; it must exist."""
+    from PIL import Image
+
+    root, _ = quick_book
+    html_dir = root / "_build" / "html"
+    assert "favicon" not in (html_dir / "index.html").read_text(encoding="utf-8")
+    with Image.open(html_dir / "favicon.ico") as icon:
+        assert icon.format == "ICO" and icon.size == (64, 64)
+
+
 def test_binder_opens_text_notebooks_as_notebooks() -> None:
     post_build = REPO_ROOT / "postBuild"
     assert post_build.stat().st_mode & 0o111, "repo2docker runs postBuild only when it is executable"

@@ -220,6 +220,26 @@ def _launch_targets(app, pagename, templatename, context, doctree) -> None:
                                             f"/blob/{published}/_sources/{pagename}.ipynb")
 
 
+def _root_favicon(app, exception) -> None:
+    """Write ``favicon.ico`` at the site root.
+
+    The pages link their icon (``html.favicon``), but the root ``index.html``
+    is a bare redirect with no icon link, so a browser asks it for
+    ``/favicon.ico``; on a plain static server the 404 is a console error.
+    The icon is drawn after ``book/favicon.svg`` (Pillow cannot read SVG).
+    """
+    if exception is not None or app.builder.format != "html":
+        return
+    from PIL import Image, ImageDraw
+
+    image = Image.new("RGBA", (64, 64), (0, 0, 0, 0))
+    draw = ImageDraw.Draw(image)
+    draw.rounded_rectangle((0, 0, 63, 63), radius=12, fill="#1f4e79")
+    draw.ellipse((10, 20, 34, 44), outline="#ffffff", width=5)
+    draw.ellipse((30, 20, 54, 44), outline="#9fd3ff", width=5)
+    image.save(Path(app.outdir) / "favicon.ico", sizes=[(16, 16), (32, 32), (64, 64)])
+
+
 def setup(app):
     app.add_config_value("crs_published_branch", "gh-pages", "html")
     app.add_directive("crs-cli", _cli_directive())
@@ -229,5 +249,6 @@ def setup(app):
     # after the themes' own page-context handlers (priority 500)
     app.connect("html-page-context", _drop_duplicate_scripts, priority=900)
     app.connect("html-page-context", _default_colour_mode, priority=900)
+    app.connect("build-finished", _root_favicon)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
