@@ -25,6 +25,7 @@ Usage: ``python bench/bench_book.py [quick] [default]`` (both by default).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -33,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _results import REPO_ROOT, record, row  # bench/ is the script's folder
+from _results import REPO_ROOT, record, results_path, row  # bench/ is the script's folder
 
 COLD_TARGET_S = {"quick": 300.0, "default": 1200.0, "full": float("inf")}
 WARM_TARGET_S = 120.0
@@ -70,14 +71,32 @@ def timed_build(preset: str, book_root: Path, cache: Path, *, reuse: bool = True
     return seconds
 
 
+def earlier_rows(presets: list[str]) -> list[dict]:
+    """Rows of the recorded ``book`` entry for presets not in ``presets``,
+    marked with the run they come from."""
+    path = results_path()
+    entry = json.loads(path.read_text(encoding="utf-8")).get("benchmarks", {}).get("book") if path.is_file() else None
+    if not entry:
+        return []
+    kept = []
+    for old in entry["rows"]:
+        if any(f"preset {p}," in old["measure"] for p in presets):
+            continue
+        origin = old.get("from_run") or f"{entry['recorded_utc']}, commit {entry['commit']}"
+        kept.append({**old, "from_run": origin,
+                     "note": f"{old['note']} (an earlier run: {origin})" if "(an earlier run" not in old["note"]
+                     else old["note"]})
+    return kept
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("presets", nargs="*", default=["quick", "default"], choices=sorted(COLD_TARGET_S))
     parser.add_argument("--no-rerun", action="store_true", help="skip the --rerun build of the quick preset")
     args = parser.parse_args(argv)
+    start = time.perf_counter()
+    table = []
     for preset in args.presets:
-        start = time.perf_counter()
-        table = []
         with tempfile.TemporaryDirectory(prefix=f"crs-bench-book-{preset}-") as tmp:
             tmp = Path(tmp)
             cache = tmp / "cache"
@@ -102,9 +121,9 @@ def main(argv: list[str] | None = None) -> int:
         if rerun is not None:
             table.append(row(f"book build, preset {preset}, every notebook executed again (--rerun), other caches hit",
                              f"{rerun / 60:.1f} min", note="what the execution cache saves on a warm build"))
-        # one entry per preset, recorded as soon as it is measured: a stopped run
-        # keeps what it measured, and rerunning one preset leaves the other's
-        record(f"book_{preset}", table, title=f"Whole book builds, preset {preset}",
+        # recorded as soon as a preset is measured, so a stopped run keeps what
+        # it measured; rows of presets this run did not build are kept
+        record("book", table + earlier_rows(args.presets), title="Whole book builds",
                seconds=time.perf_counter() - start)
     return 0
 
