@@ -52,6 +52,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
+from crslib._compat import one_blas_thread
 from crslib._io import json_ready
 from crslib.config import progress_enabled
 from crslib.errors import DataError, InputError
@@ -1070,31 +1071,11 @@ def evaluate_partition(
     else:
         opts.pop("fractions")
         parts = _check_partition(partition, n, g, yv)
-    with _one_thread():
+    with one_blas_thread():
         return _evaluate(X, yv, g, task, parts, classes=classes, **opts)
 
 
 # --------------------------------------------------------------------------- repeated partitions
-
-
-def _one_thread():
-    """Limit BLAS and OpenMP to one thread for the duration of a ``with`` block.
-
-    The matrices of this workflow are small (hundreds of rows, <= a few
-    hundred columns); on the 2-core reference machine, with other work
-    running, multithreaded OpenBLAS made a run 10-25 times slower than one
-    thread (measured), and one thread was never slower.
-    """
-    # threadpoolctl limits the libraries loaded so far: load those used here first
-    import scipy.linalg  # noqa: F401
-    import scipy.optimize  # noqa: F401
-    import sklearn.decomposition  # noqa: F401
-    import sklearn.linear_model  # noqa: F401
-    import sklearn.model_selection  # noqa: F401
-    import sklearn.neural_network  # noqa: F401
-    from threadpoolctl import threadpool_limits
-
-    return threadpool_limits(limits=1)
 
 
 def _mean_spearman(matrix: np.ndarray) -> float:
@@ -1172,7 +1153,7 @@ def representation_risk(
     n_partitions = stats._check_count(n_partitions, "n_partitions")
     fractions_, seed = opts.pop("fractions"), opts.pop("random_state")
     results = []
-    with _one_thread():
+    with one_blas_thread():
         for i in tqdm(range(n_partitions), desc="representation risk", unit="partition",
                       disable=not progress_enabled(progress), leave=False):
             parts = _partition(yv, g, task, fractions_, seed + i)
