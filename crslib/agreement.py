@@ -56,6 +56,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
+from crslib._compat import one_blas_thread
 from crslib.cluster import open_client, run_tasks, worker_count
 from crslib.errors import InputError
 
@@ -2248,18 +2249,19 @@ def linear_probe_auroc(
     train, test = next(split.split(Xf, groups=g))
     out = {}
     reasons = {}
-    for col in lab.columns:
-        y = lab[col].to_numpy()
-        tr = train[~np.isnan(y[train])]
-        te = test[~np.isnan(y[test])]
-        reason = _degenerate_reason(y[tr].astype(int), "training") or _degenerate_reason(y[te].astype(int), "test")
-        if reason:
-            out[col] = np.nan
-            reasons[col] = reason
-            log.warning("linear_probe_auroc: finding %r skipped: %s", col, reason)
-            continue
-        clf = _probe(C, max_iter, random_state).fit(Xf[tr], y[tr].astype(int))
-        out[col] = stats.auroc(y[te], clf.decision_function(Xf[te]))
+    with one_blas_thread():  # one small fit per finding
+        for col in lab.columns:
+            y = lab[col].to_numpy()
+            tr = train[~np.isnan(y[train])]
+            te = test[~np.isnan(y[test])]
+            reason = _degenerate_reason(y[tr].astype(int), "training") or _degenerate_reason(y[te].astype(int), "test")
+            if reason:
+                out[col] = np.nan
+                reasons[col] = reason
+                log.warning("linear_probe_auroc: finding %r skipped: %s", col, reason)
+                continue
+            clf = _probe(C, max_iter, random_state).fit(Xf[tr], y[tr].astype(int))
+            out[col] = stats.auroc(y[te], clf.decision_function(Xf[te]))
     if reasons and len(reasons) == len(lab.columns):
         raise InputError(
             "no finding could be evaluated: " + "; ".join(f"{c}: {r}" for c, r in reasons.items())

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from crslib._compat import one_blas_thread
 from crslib.errors import DataError, InputError
 from crslib.metrics import (
     METRICS,
@@ -265,16 +266,17 @@ def linear_probe(
 
     folds = min(n_splits, int(np.bincount(y_tr).min()), len(np.unique(g_tr)))
     best_C = float(Cs[0])
-    if len(Cs) > 1 and folds >= 2:
-        cv = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=random_state)
-        scores = []
-        for C in Cs:
-            oof = np.zeros(y_tr.size)
-            for fit_idx, val_idx in cv.split(X[tr], y_tr, g_tr):
-                oof[val_idx] = model(C).fit(X[tr][fit_idx], y_tr[fit_idx]).predict_proba(X[tr][val_idx])[:, 1]
-            scores.append(metric_score("auroc", y_tr, oof))
-        best_C = float(Cs[int(np.nanargmax(scores))])
-    fitted = model(best_C).fit(X[tr], y_tr)
+    with one_blas_thread():  # ~20 small fits per probe
+        if len(Cs) > 1 and folds >= 2:
+            cv = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=random_state)
+            scores = []
+            for C in Cs:
+                oof = np.zeros(y_tr.size)
+                for fit_idx, val_idx in cv.split(X[tr], y_tr, g_tr):
+                    oof[val_idx] = model(C).fit(X[tr][fit_idx], y_tr[fit_idx]).predict_proba(X[tr][val_idx])[:, 1]
+                scores.append(metric_score("auroc", y_tr, oof))
+            best_C = float(Cs[int(np.nanargmax(scores))])
+        fitted = model(best_C).fit(X[tr], y_tr)
     return fitted.predict_proba(X)[:, 1], best_C
 
 

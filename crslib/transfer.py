@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
+from crslib._compat import one_blas_thread
 from crslib.agreement import _as_embeddings, _check_labels, _degenerate_reason, _probe
 from crslib.errors import InputError
 
@@ -286,14 +287,15 @@ def _check_disjoint(sets: dict[str, np.ndarray], groups: np.ndarray | None) -> N
 
 def _fit_probes(X_train: np.ndarray, lab_train: pd.DataFrame, C: float, max_iter: int, random_state):
     probes, reasons = {}, {}
-    for col in lab_train.columns:
-        y = lab_train[col].to_numpy()
-        keep = ~np.isnan(y)
-        reason = _degenerate_reason(y[keep].astype(int), "training")
-        if reason:
-            reasons[col] = reason
-            continue
-        probes[col] = (_probe(C, max_iter, random_state).fit(X_train[keep], y[keep].astype(int)), int(keep.sum()))
+    with one_blas_thread():  # one small fit per finding
+        for col in lab_train.columns:
+            y = lab_train[col].to_numpy()
+            keep = ~np.isnan(y)
+            reason = _degenerate_reason(y[keep].astype(int), "training")
+            if reason:
+                reasons[col] = reason
+                continue
+            probes[col] = (_probe(C, max_iter, random_state).fit(X_train[keep], y[keep].astype(int)), int(keep.sum()))
     return probes, reasons
 
 
