@@ -44,6 +44,7 @@ null_data = "phantom?patients=400&size=64&seed=2&kermany=1"
 model = "public:efficientnet_lite0"
 public_size = 64
 n_resamples = 500
+n_permutations = None  # None: run_audit's default, 100 (embeddings: only up to 1,000,000 values)
 seed = 0
 results_dir = "results/05_split_and_shortcut_audit"
 
@@ -71,7 +72,8 @@ def audit(data: str):
     properties = file_properties(manifest)
     X = embed_models(manifest, {model: model_spec})[model]
     return manifest, properties, run_audit(manifest, properties, embeddings=X, embedding_name=model,
-                                           n_resamples=int(n_resamples), random_state=seed)
+                                           n_resamples=int(n_resamples), random_state=seed,
+                                           n_permutations=None if n_permutations is None else int(n_permutations))
 
 
 manifest, properties, result = audit(kermany_data)
