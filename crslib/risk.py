@@ -825,6 +825,24 @@ def _add_scores(table: pd.DataFrame, part: str, task: str, y: np.ndarray, preds:
     table[f"{part}_secondary"] = [p[1] for p in point]
 
 
+def _union_verdict(diffs: np.ndarray, gain: float, confidence: float) -> dict[str, Any]:
+    """The feature-union rule: selected only when its gain's interval lies above zero.
+
+    ``diffs`` are the union's validation score minus the best single
+    candidate's on the same resamples; ``gain`` is that difference on the
+    validation rows themselves. A positive ``gain`` alone is not enough: the
+    lower percentile bound at ``confidence`` must be above 0.
+    """
+    low, high, _ = stats._percentile_interval(diffs, confidence)
+    valid = diffs[np.isfinite(diffs)]
+    chosen = bool(np.isfinite(low) and low > 0)
+    return {"gain": gain, "low": float(low), "high": float(high),
+            "share_positive": float(np.mean(valid > 0)) if valid.size else float("nan"), "chosen": chosen,
+            "reason": (f"validation gain {gain:+.4f} [{float(low):+.4f}, {float(high):+.4f}]: "
+                       + ("lower bound > 0, the union is selected" if chosen
+                          else "interval reaches 0 or below, the best single encoder is kept"))}
+
+
 def _evaluate(
     X: dict[str, np.ndarray],
     y: np.ndarray,
@@ -896,18 +914,10 @@ def _evaluate(
     selected = best_single
     if union_members:
         cand = f"{UNION}/linear"
-        diffs = val_samples[cand] - val_samples[best_single]
-        low, high, _ = stats._percentile_interval(diffs, confidence)
-        valid = diffs[np.isfinite(diffs)]
         gain = float(table.loc[table["candidate"] == cand, "val_score"].iloc[0] - single["val_score"].max())
-        chosen = bool(np.isfinite(low) and low > 0)
         union = {"evaluated": True, "members": union_members, "candidate": cand, "best_single": best_single,
-                 "gain": gain, "low": float(low), "high": float(high),
-                 "share_positive": float(np.mean(valid > 0)) if valid.size else float("nan"), "chosen": chosen,
-                 "reason": (f"validation gain {gain:+.4f} [{float(low):+.4f}, {float(high):+.4f}]: "
-                            + ("lower bound > 0, the union is selected" if chosen
-                               else "interval reaches 0 or below, the best single encoder is kept"))}
-        if chosen:
+                 **_union_verdict(val_samples[cand] - val_samples[best_single], gain, confidence)}
+        if union["chosen"]:
             selected = cand
     else:
         reason = ("union_size is 0" if union_size == 0 else

@@ -435,3 +435,47 @@ def test_convergence_table():
     assert t.loc[("large", "supervised"), "n_within"] == 0
     with pytest.raises(InputError, match="lacks column"):
         ag.convergence_table(A, info.drop(columns="seed"))
+
+
+# --------------------------------------------------------------------------- known answers that kill mutants
+
+
+def test_group_exclusion_applies_to_both_models():
+    """X against itself stays 1.0 with groups; each side excludes its own group."""
+    rng = _rng(21)
+    n = 240
+    groups = np.repeat(np.arange(80), 3)
+    X = rng.normal(size=(n, 12))
+    X[1::3] = X[::3] + 0.01 * rng.normal(size=(n // 3, 12))  # same-patient near-twins rank first
+    per = ag.mutual_knn_overlap_per_image(X, X.copy(), k=5, exclude_groups=groups)
+    assert np.all(per == 1.0)
+    assert ag.mutual_knn_overlap(X, X, k=5, exclude_groups=groups) == 1.0
+    # against brute force on two different models
+    Y = X @ rng.normal(size=(12, 12)) + 0.5 * rng.normal(size=(n, 12))
+    A, B = _brute_knn(X, 5, groups=groups), _brute_knn(Y, 5, groups=groups)
+    expected = np.array([len(set(a) & set(b)) / 5 for a, b in zip(A, B)])
+    got = ag.mutual_knn_overlap_per_image(X, Y, k=5, exclude_groups=groups)
+    assert np.allclose(got, expected)
+    assert ag.jaccard_knn(X, X, k=5, exclude_groups=groups) == 1.0
+
+
+def test_permutation_null_equals_overlap_with_shuffled_rows():
+    """Each null value is the overlap of A with B's rows permuted, computed from scratch."""
+    rng = _rng(22)
+    n, k = 150, 5
+    Xa = rng.normal(size=(n, 8))
+    Xb = Xa @ rng.normal(size=(8, 8)) + 0.3 * rng.normal(size=(n, 8))  # related: the null must break it
+    res = ag.permutation_null(Xa, Xb, k=k, n_permutations=6, random_state=3)
+    perm_rng = np.random.default_rng(3)
+    direct = [ag.mutual_knn_overlap(Xa, Xb[perm_rng.permutation(n)], k=k) for _ in range(6)]
+    assert np.allclose(res.values, direct)
+    assert res.mean == pytest.approx(np.mean(direct))
+    assert ag.mutual_knn_overlap(Xa, Xb, k=k) > res.high
+
+
+def test_permutation_null_interval_is_two_sided():
+    rng = _rng(23)
+    X = rng.normal(size=(120, 6))
+    res = ag.permutation_null(X, rng.normal(size=(120, 6)), k=5, n_permutations=40, confidence=0.8)
+    assert res.low == pytest.approx(np.percentile(res.values, 10))
+    assert res.high == pytest.approx(np.percentile(res.values, 90))

@@ -12,6 +12,7 @@ from crslib.errors import DataError, InputError
 from crslib.risk import (
     HEADS,
     _r2,
+    _union_verdict,
     _weighted_auroc,
     _weighted_r2,
     evaluate_partition,
@@ -180,6 +181,35 @@ def test_union_accepted_for_complementary_encoders():
     row = res.selected_row
     assert row["members"] in ("A+B", "B+A") and row["n_features"] == 16
     assert row["test_score"] > res.candidates.loc[res.candidates["encoder"] != "union", "test_score"].max()
+
+
+def test_union_rule_needs_the_lower_bound_above_zero():
+    rng = np.random.default_rng(5)
+    # positive point gain, interval reaching below zero: rejected
+    noisy = rng.normal(0.01, 0.05, 2000)
+    verdict = _union_verdict(noisy, 0.01, 0.95)
+    assert verdict["gain"] > 0 and verdict["low"] < 0 < verdict["high"]
+    assert not verdict["chosen"] and "kept" in verdict["reason"]
+    assert verdict["low"] == pytest.approx(np.percentile(noisy, 2.5))
+    assert verdict["share_positive"] == pytest.approx(np.mean(noisy > 0))
+    # the whole interval above zero: selected
+    clear = rng.normal(0.05, 0.01, 2000)
+    verdict = _union_verdict(clear, 0.05, 0.95)
+    assert verdict["chosen"] and verdict["low"] > 0 and "selected" in verdict["reason"]
+    # a lower confidence narrows the interval: the noisy gain passes at 50 % but not at 95 %
+    shifted = rng.normal(0.05, 0.05, 2000)
+    assert _union_verdict(shifted, 0.05, 0.5)["chosen"] and not _union_verdict(shifted, 0.05, 0.95)["chosen"]
+    # no defined resample: never selected
+    assert not _union_verdict(np.full(10, np.nan), 0.2, 0.95)["chosen"]
+
+
+def test_union_decision_in_a_partition_follows_the_rule():
+    for seed in range(3):
+        emb, y, groups = _data(seed=seed)
+        res = evaluate_partition(emb, y, groups, random_state=seed, **FAST)
+        union = res.union
+        assert union["chosen"] == (union["low"] > 0)
+        assert (res.selected == "union/linear") == union["chosen"]
 
 
 def test_union_can_be_switched_off():

@@ -285,3 +285,30 @@ def test_delong_bad_input():
         stats.delong_test([0, 1, 2, 1, 0], s, s)
     with pytest.raises(InputError, match="confidence"):
         stats.delong_test(y, s, s, confidence=95)
+
+
+# --------------------------------------------------------------------------- interval coverage known answers
+
+
+@pytest.mark.parametrize("confidence", [0.95, 0.8])
+def test_percentile_interval_cuts_half_of_alpha_on_each_side(confidence):
+    x = np.random.default_rng(7).normal(size=200)
+    res = stats.bootstrap_ci(np.mean, x, n_resamples=2000, confidence=confidence, random_state=1)
+    alpha = (1 - confidence) / 2
+    assert res.low == pytest.approx(np.percentile(res.samples, 100 * alpha))
+    assert res.high == pytest.approx(np.percentile(res.samples, 100 * (1 - alpha)))
+    inside = np.mean((res.samples >= res.low) & (res.samples <= res.high))
+    assert inside == pytest.approx(confidence, abs=0.005)
+    # a normal mean: the percentile interval is about mean +- z * sd / sqrt(n)
+    z = {0.95: 1.96, 0.8: 1.2816}[confidence]
+    half = z * x.std(ddof=1) / np.sqrt(len(x))
+    assert (res.high - res.low) / 2 == pytest.approx(half, rel=0.1)
+
+
+def test_paired_interval_cuts_half_of_alpha_on_each_side():
+    rng = np.random.default_rng(8)
+    a, b = rng.normal(size=150), rng.normal(size=150)
+    res = stats.paired_bootstrap(np.mean, a, b, n_resamples=1000, confidence=0.9, random_state=2)
+    assert res.low == pytest.approx(np.percentile(res.samples, 5))
+    assert res.high == pytest.approx(np.percentile(res.samples, 95))
+    assert np.mean((res.samples >= res.low) & (res.samples <= res.high)) == pytest.approx(0.9, abs=0.005)
