@@ -418,12 +418,26 @@ def extract_embeddings(
 
     Examples
     --------
-    >>> import crslib
-    >>> from crslib.data import load_data  # doctest: +SKIP
-    >>> from crslib.encoders import load_encoder
-    >>> emb = extract_embeddings(load_data("phantom"), load_encoder("timm:resnet18?size=64"))  # doctest: +SKIP
-    >>> emb.X.shape  # doctest: +SKIP
-    (1200, 512)
+    A tiny encoder (8 channels, so ``D = 8``) on a 12-image phantom; the
+    second call reads every shard from the cache:
+
+    >>> import tempfile, crslib, torch
+    >>> from crslib.encoders import Preprocessing, TorchEncoder
+    >>> from crslib.phantom import generate_phantom
+    >>> manifest = generate_phantom(tempfile.mkdtemp(), n_patients=3, image_size=32, seed=0)
+    >>> _ = torch.manual_seed(0)
+    >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
+    >>> encoder = TorchEncoder(net, name="tiny",
+    ...                        preprocessing=Preprocessing((3, 32, 32), (0.5,) * 3, (0.25,) * 3, "bilinear", 3))
+    >>> cache = tempfile.mkdtemp()
+    >>> emb = extract_embeddings(manifest, encoder, cache_root=cache, progress=False)
+    >>> emb.X.shape, emb.X.dtype, len(manifest)
+    ((12, 8), dtype('float32'), 12)
+    >>> list(emb.image_ids) == list(manifest["image_id"]), emb.cache_hit
+    (True, False)
+    >>> again = extract_embeddings(manifest, encoder, cache_root=cache, progress=False)
+    >>> again.cache_hit, again.n_computed, bool((again.X == emb.X).all())
+    (True, 0, True)
     """
     t0 = time.perf_counter()
     _validate(manifest, encoder, batch_size, shard_size, on_error, num_workers)

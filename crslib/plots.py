@@ -27,8 +27,14 @@ def image_grid(
 
     Examples
     --------
+    Three images in one row (``ncols`` is capped at the number of images):
+
     >>> import numpy as np
     >>> fig = image_grid([np.zeros((8, 8, 1))] * 3, titles=["a", "b", "c"])
+    >>> len(fig.axes), [ax.get_title() for ax in fig.axes]
+    (3, ['a', 'b', 'c'])
+    >>> fig.axes[0].images[0].get_array().shape, fig.axes[0].images[0].get_cmap().name
+    ((8, 8), 'gray')
     """
     n = len(images)
     ncols = max(1, min(ncols, n))

@@ -80,13 +80,26 @@ Public pretrained references that work offline are in :data:`PUBLIC_ENCODERS`
 
 Examples
 --------
+``train_zoo(load_data("phantom"), preset="quick")`` trains the book's zoo.
+One model for one epoch on a tiny phantom, then loaded by name from its
+cache folder:
+
+>>> import tempfile
 >>> import crslib
->>> from crslib.data import load_data
->>> from crslib.zoo import train_zoo, load_zoo_encoder
->>> cards = train_zoo(load_data("phantom?patients=150&size=64&seed=0"), preset="quick")  # doctest: +SKIP
->>> enc = load_zoo_encoder("contrastive-cnn_small-seed0")  # doctest: +SKIP
->>> enc.embedding_dim  # doctest: +SKIP
-128
+>>> from crslib.phantom import generate_phantom
+>>> from crslib.zoo import ZooModelSpec, load_zoo_encoder, train_zoo
+>>> manifest = generate_phantom(tempfile.mkdtemp(), n_patients=8, image_size=32, seed=0)
+>>> root = tempfile.mkdtemp()
+>>> spec = ZooModelSpec.make("supervised_single", seed=0, epochs=1)
+>>> cards = train_zoo(manifest, specs=[spec], image_size=16, cache_root=root, progress=False)
+>>> cards["name"].tolist()
+['supervised_single-cnn_small-seed0']
+>>> enc = load_zoo_encoder("supervised_single-cnn_small-seed0", cache_root=root)
+>>> enc.embedding_dim, enc.preprocessing.input_size
+(128, (1, 16, 16))
+>>> from crslib.data import read_image
+>>> enc.encode(enc.preprocess(read_image(manifest["path"].iloc[0]))[None]).shape
+(1, 128)
 """
 
 from __future__ import annotations
@@ -1092,9 +1105,23 @@ def train_zoo(
 
     Examples
     --------
-    >>> from crslib.data import load_data
-    >>> cards = train_zoo(load_data("phantom?patients=150&size=64&seed=0"), preset="quick")  # doctest: +SKIP
-    >>> cards[["name", "final_loss", "wall_time_s"]]  # doctest: +SKIP
+    One model, one epoch, on the 15 training images of a tiny phantom; the
+    second call finds it in the cache:
+
+    >>> import tempfile
+    >>> from crslib.phantom import generate_phantom
+    >>> manifest = generate_phantom(tempfile.mkdtemp(), n_patients=8, image_size=32, seed=0)
+    >>> int((manifest["split"] == "train").sum())
+    15
+    >>> spec = ZooModelSpec.make("supervised_single", epochs=1)
+    >>> root = tempfile.mkdtemp()
+    >>> cards = train_zoo(manifest, specs=[spec], image_size=16, cache_root=root, progress=False)
+    >>> card = cards.iloc[0]
+    >>> card["name"], int(card["n_train_images"]), int(card["epochs"]), int(card["embedding_dim"]), bool(card["reused"])
+    ('supervised_single-cnn_small-seed0', 15, 1, 128, False)
+    >>> again = train_zoo(manifest, specs=[spec], image_size=16, cache_root=root, progress=False)
+    >>> bool(again.loc[0, "reused"]), again.loc[0, "key"] == card["key"]
+    (True, True)
     """
     from tqdm import tqdm
 
@@ -1677,10 +1704,17 @@ def finetune_classifier(
 
     Examples
     --------
-    >>> from crslib.data import load_data
-    >>> m = load_data("phantom?patients=40&size=32&seed=0")  # doctest: +SKIP
-    >>> finetune_classifier(m, "timm:resnet18?size=32", epochs=1)["prob"].between(0, 1).all()  # doctest: +SKIP
-    True
+    A tiny timm network, one epoch, on a 25-image phantom:
+
+    >>> import tempfile
+    >>> from crslib.phantom import generate_phantom
+    >>> m = generate_phantom(tempfile.mkdtemp(), n_patients=8, image_size=32, seed=0)
+    >>> out = finetune_classifier(m, "timm:test_resnet?size=32", epochs=1, cache_root=tempfile.mkdtemp(),
+    ...                           progress=False)
+    >>> out.columns.tolist(), len(out) == len(m), out["prob"].dtype
+    (['image_id', 'split', 'y_true', 'prob'], True, dtype('float64'))
+    >>> bool(out["prob"].between(0, 1).all()), out["y_true"].tolist() == m["label"].tolist()
+    (True, True)
     """
     import torch
     from tqdm import tqdm

@@ -340,7 +340,19 @@ def test_run_audit_combines_the_audits(audit_result, phantoms):
     m = phantoms["kermany_shortcut"]["manifest"]
     r = audit_result
     assert r.n_images == len(m)
-    assert r.partition_embeddings is not None and r.embedding_name == "pixels 16x16"
+    assert r.embedding_name == "pixels 16x16"
+    # the embeddings' partition audit is partition_audit of those embeddings with the audit's settings
+    emb = r.partition_embeddings
+    expected = A.partition_audit(_pixel_embeddings(m), m["split"], groups=m["patient_id"], labels=m["label"],
+                                 n_resamples=200, n_permutations=9)
+    pd.testing.assert_frame_equal(emb.table, expected.table)
+    n_test = int((m["split"] == "test").sum())
+    assert emb.table["scope"].tolist() == ["all", "class=0", "class=1"]
+    assert emb.table.loc[0, ["n_pool", "n_test"]].tolist() == [len(m) - n_test, n_test]
+    assert int(emb.is_test.sum()) == n_test and bool(emb.used.all())
+    assert emb.n_permutations == 9 and emb.null.shape == (9, 3) and emb.shared_patients == []
+    # the shortcut's file encodings change the pixels too, so the pixel embeddings also find the test split
+    assert emb.auc > 0.9
     # the shortcut lives in the pool's files only, so file properties also give the test split away
     assert r.partition_properties.auc > 0.9
     assert r.shortcut.pool_balanced_accuracy >= 0.9
@@ -485,3 +497,24 @@ def test_bad_arguments_are_rejected(small):
         labels = np.where((split != "test") & (np.arange(len(m)) % 3 == 0), "other", labels)
         A.shortcut_audit(X, labels, split, groups=groups)
     assert issubclass(InputError, CRSError) and issubclass(DataError, CRSError)
+
+
+def test_shortcut_test_score_comes_from_a_pool_only_fit():
+    """A property that carries the label only on the test split must not help there.
+
+    Column 0 equals the label in the pool and is 0 on the test split; column 1 is
+    0 in the pool and equals the label on the test split. A model fitted on the
+    pool has no weight on column 1 and calls every test row class 0 (balanced
+    accuracy exactly 0.5); one that also saw the test rows would score 1.0.
+    """
+    rng = np.random.default_rng(11)
+    n = 400
+    split = np.where(np.arange(n) % 4 == 0, "test", "train")
+    y = rng.integers(0, 2, n)
+    in_test = split == "test"
+    X = np.zeros((n, 2))
+    X[:, 0] = np.where(in_test, 0.0, y)
+    X[:, 1] = np.where(in_test, y, 0.0)
+    res = A.shortcut_audit(X, y, split, groups=np.arange(n), n_resamples=50, n_repeats=1)
+    assert res.pool_balanced_accuracy > 0.95
+    assert res.test_balanced_accuracy == pytest.approx(0.5)

@@ -64,6 +64,22 @@ def test_cluster_extraction_equals_in_process(client, manifest, reference, tmp_p
     assert again.cache_hit and np.array_equal(again.X, reference)
 
 
+def test_worker_count_counts_connected_workers(client) -> None:
+    from types import SimpleNamespace
+
+    from crslib.cluster import worker_count
+
+    assert worker_count(None) == 1  # in-process
+    assert worker_count(client) == 2  # the module's local:2 cluster (before any worker is killed)
+
+    def stub(workers: dict) -> SimpleNamespace:
+        return SimpleNamespace(scheduler_info=lambda: {"workers": workers})
+
+    assert worker_count(stub({"tcp://a": {}, "tcp://b": {}, "tcp://c": {}})) == 3
+    assert worker_count(stub({})) == 1  # none connected yet: still at least one
+    assert worker_count(SimpleNamespace(scheduler_info=lambda: {})) == 1
+
+
 def test_local_and_cluster_work_share_the_cache(client, manifest, reference, tmp_path) -> None:
     head = manifest.iloc[: 2 * SHARD]
     local = extract_embeddings(head, load_encoder(SPEC), shard_size=SHARD, cache_root=tmp_path, progress=False)

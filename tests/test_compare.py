@@ -47,7 +47,59 @@ def test_unrelated_successor_fails_the_gate(case) -> None:
     assert result.map_r2 < 0.1
     page = render_report_html(result)
     assert page.count("data:image/png;base64,") >= 2 and "FAIL" in page
-    json.loads(result.to_json())
+    # the JSON crs compare writes: the inputs' sizes, the numbers and the verdict of the gate
+    report = json.loads(result.to_json())
+    assert "per_image" not in report
+    assert (report["old"], report["new"], report["n_images"], report["k"]) == ("old", "new", len(X), 10)
+    assert report["chance"] == pytest.approx(10 / (len(X) - 1))
+    assert report["overlap"] == pytest.approx(result.overlap)
+    assert report["overlap"] == pytest.approx(np.mean(result.per_image))
+    assert report["overlap_low"] <= report["overlap"] <= report["overlap_high"] < 0.2
+    assert report["min_overlap"] == 0.2 and report["passed"] is False
+    assert report["reference"] is None and report["reference_overlap"] is None and report["transfer"] == []
+    assert {row["column"] for row in report["subgroups"]} == {"source", "view"}
+    assert {role: info["index"] for role, info in report["search"].items()} == {"old": "exact", "new": "exact"}
+    assert report["overlap_error_bound"] == 0.0
+
+
+def test_cli_writes_the_json_and_exits_by_the_gate(tmp_path: Path, monkeypatch, capsys) -> None:
+    """crs compare in-process, with stand-in encoders: compare.json holds what the inputs imply and the
+    exit status follows --min-overlap."""
+    from types import SimpleNamespace
+
+    import crslib.data
+    import crslib.embed
+    import crslib.encoders
+    from crslib.cli import main
+
+    rng = np.random.default_rng(3)
+    X = rng.normal(size=(120, 8))
+    embeddings = {"old-model": X, "scaled": 2.0 * X, "unrelated": rng.normal(size=X.shape)}
+    manifest = pd.DataFrame({"image_id": [f"i{i}" for i in range(120)], "patient_id": np.arange(120) // 2})
+    monkeypatch.setattr(crslib.data, "load_data", lambda spec: manifest)
+    monkeypatch.setattr(crslib.encoders, "load_encoder", lambda spec: SimpleNamespace(name=spec))
+    monkeypatch.setattr(crslib.embed, "extract_embeddings",
+                        lambda m, encoder, **kw: SimpleNamespace(X=embeddings[encoder.name]))
+
+    def compare(new: str, *gate: str) -> tuple[int, dict, str]:
+        out = tmp_path / new
+        status = main(["compare", "--old", "old-model", "--new", new, "--data", "stub", "--no-reference",
+                       "--resamples", "50", "--out", str(out), *gate])
+        return status, json.loads((out / "compare.json").read_text()), capsys.readouterr().err
+
+    status, report, err = compare("scaled", "--min-overlap", "0.9")
+    assert status == 0 and err == ""
+    assert (report["old"], report["new"], report["n_images"], report["k"]) == ("old-model", "scaled", 120, 10)
+    assert report["overlap"] == pytest.approx(1.0) and report["min_overlap"] == 0.9 and report["passed"] is True
+    assert report["reference"] is None and report["chance"] == pytest.approx(10 / 119)
+
+    status, report, err = compare("unrelated", "--min-overlap", "0.5")
+    assert status == 1
+    assert report["overlap_high"] < 0.5 and report["min_overlap"] == 0.5 and report["passed"] is False
+    assert f"FAIL: the overlap's upper CI bound {report['overlap_high']:.3f} is below --min-overlap 0.500" in err
+
+    status, report, err = compare("unrelated")  # no gate: no verdict, exit 0
+    assert status == 0 and report["min_overlap"] is None and report["passed"] is None
 
 
 def test_label_frame_binarises_named_classes() -> None:

@@ -249,3 +249,71 @@ def test_bad_options(dataset, tmp_path):
         _run(dataset.drop(columns=["path"]), enc, tmp_path)
     with pytest.raises(InputError, match="Encoder"):
         _run(dataset, "timm:resnet18", tmp_path)
+
+
+def test_image_hashes_are_the_sha256_of_the_bytes(tmp_path):
+    import hashlib
+
+    data = _write_dataset(tmp_path / "data")
+    first = data["path"][0]
+    twin = str(tmp_path / "another name.png")
+    shutil.copy(first, twin)
+    (tmp_path / "folder").mkdir()
+    paths = [first, data["path"][1], twin, str(tmp_path / "missing.png"), str(tmp_path / "folder")]
+    hashes, failures = embed_mod.image_hashes(paths)
+    assert hashes[0] == hashlib.sha256(open(first, "rb").read()).hexdigest()
+    assert hashes[1] == hashlib.sha256(open(data["path"][1], "rb").read()).hexdigest() != hashes[0]
+    assert hashes[2] == hashes[0]  # same bytes, another name: the same hash
+    assert hashes[3:] == [None, None]
+    assert failures == {3: "no such file", 4: "is a folder, not an image file"}
+
+
+def test_image_hashes_reuse_index_entries_only_while_size_and_mtime_match(tmp_path):
+    import hashlib
+    import json
+
+    path = str(tmp_path / "a.bin")
+    with open(path, "wb") as handle:
+        handle.write(b"first")
+    index = tmp_path / "index.json"
+    assert embed_mod.image_hashes([path], index_file=index)[0] == [hashlib.sha256(b"first").hexdigest()]
+    stored = json.loads(index.read_text())
+    assert stored["files"][path][2] == hashlib.sha256(b"first").hexdigest()
+    stored["files"][path][2] = "from-the-index"  # an entry whose size and mtime match is trusted as is
+    index.write_text(json.dumps(stored))
+    assert embed_mod.image_hashes([path], index_file=index)[0] == ["from-the-index"]
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # touched: hashed again
+    assert embed_mod.image_hashes([path], index_file=index)[0] == [hashlib.sha256(b"first").hexdigest()]
+
+
+def test_embed_models_gives_each_models_rows_in_manifest_order(dataset, tmp_path, monkeypatch):
+    monkeypatch.setenv("CRS_CACHE_DIR", str(tmp_path / "cache"))
+    specs = {"seed 0": "timm:test_resnet?size=32&seed=0", "seed 1": "timm:test_resnet?size=32&seed=1"}
+    out = embed_mod.embed_models(dataset, specs, progress=False)
+    assert list(out) == ["seed 0", "seed 1"]
+    for name, spec in specs.items():
+        expected = extract_embeddings(dataset, load_encoder(spec), cache=False, progress=False).X
+        assert out[name].shape == (N_IMAGES, load_encoder(spec).embedding_dim)
+        np.testing.assert_array_equal(out[name], expected)
+    assert not np.allclose(out["seed 0"], out["seed 1"])
+    # a sequence of specs names each model by its spec; an unreadable image is skipped by both
+    _truncate(dataset["path"][5])
+    skipped = embed_mod.embed_models(dataset, list(specs.values()), on_error="skip", progress=False)
+    assert list(skipped) == list(specs.values())
+    keep = np.arange(N_IMAGES) != 5
+    for name, spec in specs.items():
+        np.testing.assert_array_equal(skipped[spec], out[name][keep])
+
+
+def test_embed_models_refuses_rows_that_would_not_align(dataset, monkeypatch):
+    from types import SimpleNamespace
+
+    import crslib.encoders
+
+    ids = {"a": np.array(["id00", "id01"]), "b": np.array(["id00", "id02"])}
+    monkeypatch.setattr(crslib.encoders, "load_encoder", lambda spec: SimpleNamespace(name=spec))
+    monkeypatch.setattr(embed_mod, "extract_embeddings",
+                        lambda m, enc, **kw: SimpleNamespace(X=np.zeros((2, 3)), image_ids=ids[enc.name]))
+    with pytest.raises(InputError, match="model b skipped other images than the models before it"):
+        embed_mod.embed_models(dataset, ["a", "b"], on_error="skip")

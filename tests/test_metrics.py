@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -322,8 +324,13 @@ def test_temperature_scaling_recovers_t_and_reduces_test_ece():
     assert before > 0.08 and after < 0.03
     # temperature keeps the ranking
     assert metrics.metric_score("auroc", y_test, p_new) == pytest.approx(metrics.metric_score("auroc", y_test, p_test))
-    with pytest.raises(Exception):
-        cal.method = "platt"  # frozen
+    # frozen: Python's dataclass guard, not a user-input error, so not a crslib exception
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'method'"):
+        cal.method = "platt"
+    assert cal.method == "temperature"
+    # a hand-made calibrator with an unknown method is a crslib error when used
+    with pytest.raises(InputError, match="unknown calibration method 'isotonic'; choose from temperature, platt"):
+        metrics.Calibrator("isotonic", {}).transform(p_test)
 
 
 def test_platt_recovers_slope_and_intercept():

@@ -111,3 +111,107 @@ def test_read_run_evidence_merges_notebooks_in_order(tmp_path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         read_run_evidence(tmp_path / "absent")
     assert read_run_evidence(tmp_path)[0] == {}
+
+
+# --------------------------------------------------------------------------- execution keys, provenance, staging
+
+
+def test_execution_key_follows_source_parameters_upstream_versions_and_code(tmp_path, monkeypatch) -> None:
+    import shutil
+
+    from crslib import runner
+
+    source = tmp_path / "01_probe.py"
+    source.write_text(NOTEBOOK)
+    params = {"value": 1, "label": "a", "results_dir": str(tmp_path / "r1")}
+    versions = {"numpy": "2.4.0"}
+    key = runner.execution_key(source, params, "up", versions)
+    assert isinstance(key, str) and len(key) == 64 and int(key, 16) >= 0
+    assert runner.execution_key(source, dict(params), "up", dict(versions)) == key  # same inputs, same key
+    # the run-specific results folder is not part of the key
+    assert runner.execution_key(source, {**params, "results_dir": str(tmp_path / "r2")}, "up", versions) == key
+    changed = {
+        "parameter": runner.execution_key(source, {**params, "value": 2}, "up", versions),
+        "upstream": runner.execution_key(source, params, "other", versions),
+        "versions": runner.execution_key(source, params, "up", {"numpy": "2.4.1"}),
+    }
+    source.write_text(NOTEBOOK.replace("value = 1", "value = 1  # edited"))
+    changed["source"] = runner.execution_key(source, params, "up", versions)
+    source.write_text(NOTEBOOK)
+    # the crslib code: the same files elsewhere give the same key, one changed file another key
+    code = tmp_path / "crslib"
+    shutil.copytree(Path(runner.__file__).parent, code, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(runner, "__file__", str(code / "runner.py"))
+    assert runner.execution_key(source, params, "up", versions) == key
+    with open(code / "metrics.py", "a") as handle:
+        handle.write("\n# a change\n")
+    changed["crslib code"] = runner.execution_key(source, params, "up", versions)
+    assert all(value is not None and value != key for value in changed.values()), changed
+    assert len(set(changed.values())) == len(changed)
+    # a parameter naming the user's own file: never reused
+    (tmp_path / "mine.csv").write_text("path\n")
+    assert runner.execution_key(source, {**params, "data": str(tmp_path / "mine.csv")}, "up", versions) is None
+    assert runner.execution_key(source, {**params, "data": "phantom?patients=4"}, "up", versions) is not None
+
+
+def test_collect_provenance_hashes_data_zoo_and_weights(tmp_path, monkeypatch) -> None:
+    import hashlib
+
+    import crslib.zoo
+    from crslib._io import digest_of
+    from crslib.data import load_data
+    from crslib.runner import NotebookRecord, RunRecord, collect_provenance
+
+    monkeypatch.setenv("CRS_CACHE_DIR", str(tmp_path / "cache"))
+    weights = {}
+    for name in ("lite0.safetensors", "nsfw.onnx"):
+        weights[name] = tmp_path / name
+        weights[name].write_bytes(name.encode() * 10)
+    # stand-ins for the packaged weights (converting EfficientNet-Lite0 takes seconds)
+    monkeypatch.setattr(crslib.zoo, "convert_efficientnet_lite0", lambda: weights["lite0.safetensors"])
+    monkeypatch.setattr(crslib.zoo, "open_nsfw_onnx_path", lambda: weights["nsfw.onnx"])
+    spec = "phantom?patients=8&size=32&seed=0"
+    manifest = load_data(spec)
+    cards = crslib.zoo.train_zoo(manifest, specs=[crslib.zoo.ZooModelSpec.make("random_init")], image_size=16,
+                                 progress=False)
+    record = RunRecord("run", str(tmp_path / "run"), "quick", {}, "2026-01-01T00:00:00+00:00", notebooks=[
+        NotebookRecord("01_a", {"data": spec, "seed": 3, "k": 10}, 1.0, "a.ipynb"),
+        NotebookRecord("02_b", {"null_data": spec, "seeds": [0, 1]}, 1.0, "b.ipynb"),
+    ])
+    prov = collect_provenance(record)
+    assert set(prov) == {"data", "zoo", "public_weights", "seeds"}
+    contents = sorted(hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in manifest["path"])
+    assert prov["data"] == {spec: {"images": len(manifest), "patients": int(manifest["patient_id"].nunique()),
+                                   "content_sha256": digest_of(contents)}}
+    assert prov["seeds"] == {"01_a.seed": 3, "02_b.seeds": [0, 1]}
+    assert prov["zoo"] == [{"name": "random_init-cnn_small-seed0", "key": cards.loc[0, "key"],
+                            "training_data_hash": cards.loc[0, "training_data_hash"]}]
+    assert prov["public_weights"] == {
+        "efficientnet_lite0 (converted to timm)": hashlib.sha256(b"lite0.safetensors" * 10).hexdigest(),
+        "open_nsfw (ONNX)": hashlib.sha256(b"nsfw.onnx" * 10).hexdigest(),
+    }
+
+
+def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
+    from crslib.runner import GENERATED, NotebookRecord, RunRecord, render_reproducibility, stage_run
+
+    run_dir = tmp_path / "runs" / "r1"
+    (run_dir / "notebooks").mkdir(parents=True)
+    notebooks = []
+    for name in ("01_a", "02_b"):
+        output = run_dir / "notebooks" / f"{name}.ipynb"
+        output.write_text(json.dumps({"cells": [], "name": name}))
+        notebooks.append(NotebookRecord(name, {"seed": 1}, 2.0, str(output)))
+    record = RunRecord("r1", str(run_dir), "quick", {}, "2026-01-01T00:00:00+00:00", notebooks=notebooks,
+                       versions={"numpy": "2.4.0"})
+    (run_dir / "run.json").write_text(json.dumps(record.to_dict()))
+    book = tmp_path / "book_root"
+    (book / GENERATED).mkdir(parents=True)
+    (book / GENERATED / "stale.ipynb").write_text("from an older run")
+    target = stage_run(record, book_root=book)
+    assert target == book / "book" / "generated"
+    assert sorted(p.name for p in target.iterdir()) == ["01_a.ipynb", "02_b.ipynb", "reproducibility.md", "run.json"]
+    for notebook in notebooks:
+        assert (target / Path(notebook.output).name).read_bytes() == Path(notebook.output).read_bytes()
+    assert (target / "run.json").read_bytes() == (run_dir / "run.json").read_bytes()
+    assert (target / "reproducibility.md").read_text() == render_reproducibility(record)

@@ -189,6 +189,7 @@ def test_performance_page_renders_the_bench_results(quick_book) -> None:
             assert html.escape(row["value"]) in page, row["measure"]
 
 
+@pytest.mark.slow
 def test_the_root_redirect_page_finds_a_favicon(quick_book) -> None:
     """The root index.html links no icon, so browsers fetch /favicon.ico; it must exist."""
     from PIL import Image
