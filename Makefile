@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.crs-installed
 PRESET ?= default
 PYTEST_ARGS ?=
+# analysis modules that `make mutation` mutates (see [tool.mutmut] in pyproject.toml)
+MODULES ?= agreement stats metrics audit risk transfer protocol checklist
 
 # Nothing downloads at run time: the HF hub fails fast instead of retrying.
 export HF_HUB_OFFLINE := 1
@@ -14,12 +16,13 @@ export CRS_CACHE_DIR ?= $(CURDIR)/.cache/crs
 export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install book test bench clean help
+.PHONY: install book test bench mutation clean help
 
 help:
 	@echo "make book   build the book on the embedded phantom data (PRESET=quick|default|full)"
 	@echo "make test   run the test suite"
 	@echo "make bench  run the benchmarks in bench/"
+	@echo "make mutation  mutation testing of the analysis modules (MODULES=\"stats metrics\" for some)"
 
 # The stamp is newer than the lock file once the install succeeded, so a
 # second run skips the install unless requirements.lock or pyproject.toml changed.
@@ -40,5 +43,12 @@ test: $(STAMP)
 bench: $(STAMP)
 	@set -e; for script in bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script; done
 
+# Mutation testing (mutmut): every mutant of MODULES runs the fast tests that reach its function;
+# tools/mutation_report.py then writes the kill rate per module and each survivor's diff to
+# mutants/report.md. Results are kept in mutants/, so a rerun tests only changed functions.
+mutation: $(STAMP)
+	$(BIN)/mutmut run --max-children $$(nproc) $(foreach m,$(MODULES),'crslib.$(m).*')
+	$(BIN)/python tools/mutation_report.py $(MODULES)
+
 clean:
-	rm -rf _build book/generated .cache
+	rm -rf _build book/generated .cache mutants

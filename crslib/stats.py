@@ -696,8 +696,9 @@ def grouped_partition(groups: Any, fractions: Sequence[float], *, random_state: 
     order = rng.permutation(unique)
     bounds = np.round(np.cumsum(fractions) / np.sum(fractions) * len(order)).astype(int)
     parts, start = [], 0
-    for end in bounds:
-        end = max(end, start + 1)
+    for i, end in enumerate(bounds):
+        # at least one group per part, and one left for each part still to come
+        end = min(max(end, start + 1), len(order) - (len(bounds) - 1 - i))
         members = set(order[start:end].tolist())
         parts.append(np.flatnonzero(np.isin(groups, list(members))))
         start = end

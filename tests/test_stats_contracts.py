@@ -1,0 +1,339 @@
+"""crslib.stats: exact error messages, documented defaults and brute-force references.
+
+These tests pin what a user sees (the whole message of each input error, the
+defaults the book relies on) and recompute permutation p-values by brute force,
+so that a changed bound, default or message in ``crslib.stats`` fails a test
+(``make mutation`` measures how many such changes the suite notices).
+"""
+
+from __future__ import annotations
+
+from itertools import permutations
+
+import numpy as np
+import pytest
+from scipy.stats import pearsonr, spearmanr
+
+from crslib import stats
+from crslib.errors import InputError
+
+
+def _message(fn, *args, **kwargs) -> str:
+    with pytest.raises(InputError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def _sym(m: int, seed: int = 0) -> np.ndarray:
+    P = np.random.default_rng(seed).random((m, m))
+    A = P + P.T
+    np.fill_diagonal(A, 0.0)
+    return A
+
+
+# --------------------------------------------------------------------------- square matrices
+
+
+def test_square_pair_messages_name_the_matrix():
+    A = _sym(5)
+    assert _message(stats.mantel_test, A[:, :4], A) == (
+        "A must be a square matrix (models x models), got shape (5, 4)")
+    assert _message(stats.mantel_test, A, A[:, :4]) == (
+        "B must be a square matrix (models x models), got shape (5, 4)")
+    assert _message(stats.pairwise_spearman, A, _sym(4)) == (
+        "A and B must have the same shape, got (5, 5) and (4, 4)")
+    assert _message(stats.pairwise_spearman, A[:2, :2], A[:2, :2]) == (
+        "need at least 3 models (3 pairs) for a matrix correlation, got 2")
+    asym = A.copy()
+    asym[0, 1] += 1.0
+    assert _message(stats.mantel_test, A, asym) == "B must be symmetric; symmetrise it, e.g. (A + A.T) / 2"
+    assert _message(stats.mantel_test, asym, A) == "A must be symmetric; symmetrise it, e.g. (A + A.T) / 2"
+
+
+@pytest.mark.parametrize("where", [(0, 1), (1, 0), (3, 4)])
+@pytest.mark.parametrize("side", ["A", "B"])
+def test_square_pair_nan_anywhere_off_the_diagonal(where, side):
+    A, B = _sym(5), _sym(5, 1)
+    bad = (A if side == "A" else B).copy()
+    bad[where] = np.nan  # one triangle only: still reported as NaN, not as asymmetry
+    args = (bad, B) if side == "A" else (A, bad)
+    assert _message(stats.pairwise_spearman, *args) == (
+        f"{side} has NaN or infinite off-diagonal entries; fill or drop those models")
+
+
+def test_square_pair_tolerances_and_diagonal():
+    A = _sym(4)
+    assert stats.pairwise_spearman(A[:3, :3], A[:3, :3]) == pytest.approx(1.0)  # 3 models are enough
+    # NaN on the diagonal is ignored (it is never used)
+    D = A.copy()
+    np.fill_diagonal(D, np.nan)
+    assert stats.pairwise_spearman(D, A) == pytest.approx(1.0)
+    # relative asymmetry of 2e-7 is rounding, of 5e-6 is not (rtol 1e-6)
+    near = A.copy()
+    near[0, 1] *= 1 + 2e-7
+    assert stats.pairwise_spearman(near, A) == pytest.approx(1.0)
+    far = A.copy()
+    far[0, 1] *= 1 + 5e-6
+    assert "must be symmetric" in _message(stats.pairwise_spearman, far, A)
+    # absolute asymmetry of entries near zero: 5e-10 passes, 5e-9 does not (atol 1e-9)
+    Z = np.zeros((4, 4))
+    Z[0, 1], Z[1, 0], Z[2, 3], Z[3, 2] = 1.0, 1.0, 2.0, 2.0
+    tiny = Z.copy()
+    tiny[2, 0] = 5e-10  # lower triangle: the upper one, which is correlated, is unchanged
+    assert stats.pairwise_spearman(tiny, A) == pytest.approx(stats.pairwise_spearman(Z, A))
+    small = Z.copy()
+    small[2, 0] = 5e-9
+    assert "must be symmetric" in _message(stats.pairwise_spearman, small, A)
+
+
+def test_pairwise_spearman_uses_the_upper_triangle():
+    A, B = _sym(6), _sym(6, 2)
+    iu = np.triu_indices(6, 1)
+    assert stats.pairwise_spearman(A, B) == pytest.approx(spearmanr(A[iu], B[iu]).statistic)
+
+
+# --------------------------------------------------------------------------- Mantel
+
+
+def _mantel_brute(A, B, method, alternative):
+    m = len(A)
+    iu = np.triu_indices(m, 1)
+    corr = (lambda a, b: spearmanr(a, b).statistic) if method == "spearman" else (lambda a, b: pearsonr(a, b)[0])
+    observed = corr(A[iu], B[iu])
+    null = np.array([corr(A[np.ix_(p, p)][iu], B[iu]) for p in map(list, permutations(range(m)))])
+    tol = 1e-9
+    if alternative == "greater":
+        hits = np.sum(null >= observed - tol)
+    elif alternative == "less":
+        hits = np.sum(null <= observed + tol)
+    else:
+        hits = np.sum(np.abs(null) >= abs(observed) - tol)
+    return observed, hits / len(null)
+
+
+@pytest.mark.parametrize("method", ["spearman", "pearson"])
+@pytest.mark.parametrize("alternative", ["two-sided", "greater", "less"])
+def test_mantel_exact_p_value_equals_brute_force(method, alternative):
+    A = _sym(5, 3)
+    B = A + 0.8 * _sym(5, 4)
+    res = stats.mantel_test(A, B, method=method, alternative=alternative)
+    r, p = _mantel_brute(A, B, method, alternative)
+    assert res.exact and res.n_permutations == 120
+    assert res.r == pytest.approx(r) and res.p_value == pytest.approx(p)
+    assert (res.method, res.alternative) == (method, alternative)
+
+
+def test_mantel_random_permutations_defaults_and_p_formula():
+    A = _sym(8, 5)
+    B = A + 2.0 * _sym(8, 6)
+    res = stats.mantel_test(A, B)
+    assert res.n_permutations == 999 and not res.exact  # 8! > 999: sampled
+    assert (res.method, res.alternative) == ("spearman", "two-sided")
+    same = stats.mantel_test(A, B, n_permutations=999, random_state=0, method="spearman", alternative="two-sided")
+    assert res == same
+    # the sampled p-value has the +1 form and agrees with the exact one
+    exact = stats.mantel_test(A, B, n_permutations=40320)
+    assert exact.exact and exact.n_permutations == 40320
+    assert res.p_value * 1000 == pytest.approx(round(res.p_value * 1000))
+    assert res.p_value == pytest.approx(exact.p_value, abs=0.05)
+    many = stats.mantel_test(A, B, n_permutations=5000, random_state=1)
+    assert many.p_value == pytest.approx(exact.p_value, abs=0.02)
+
+
+def test_mantel_messages():
+    A = _sym(5)
+    assert _message(stats.mantel_test, A, A, method="kendall") == (
+        "method must be 'spearman' or 'pearson', got 'kendall'")
+    assert _message(stats.mantel_test, A, A, alternative="both") == (
+        "alternative must be 'two-sided', 'greater' or 'less', got 'both'")
+    assert _message(stats.mantel_test, A, A, n_permutations=0) == "n_permutations must be an integer >= 1, got 0"
+    const = np.ones((5, 5))
+    msg = "one matrix is constant over its off-diagonal entries; the correlation is undefined"
+    assert _message(stats.mantel_test, const, A) == msg
+    assert _message(stats.mantel_test, A, const) == msg
+    # a 0/1 matrix has a range of exactly 1 and is fine
+    binary = (A > np.median(A[np.triu_indices(5, 1)])).astype(float)
+    np.fill_diagonal(binary, 0)
+    res = stats.mantel_test(binary, A, method="pearson")
+    assert res.r > 0.5
+
+
+# --------------------------------------------------------------------------- permutation test
+
+
+def test_permutation_test_defaults_and_p_values():
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=25)
+    y = x + rng.normal(size=25)
+    corr = lambda a, b: float(np.corrcoef(a, b)[0, 1])  # noqa: E731
+    res = stats.permutation_test(corr, x, y)
+    assert res.n_permutations == 999 and res.null.shape == (999,)
+    again = stats.permutation_test(corr, x, y, n_permutations=999, alternative="two-sided", random_state=0)
+    assert res.p_value == again.p_value and np.array_equal(res.null, again.null)
+    # the null is the statistic on y's rows permuted, seeded by random_state
+    perm_rng = np.random.default_rng(0)
+    assert res.null[:3] == pytest.approx([corr(x, y[perm_rng.permutation(25)]) for _ in range(3)])
+    hits = np.sum(np.abs(res.null) >= abs(res.statistic) - 1e-12)
+    assert res.p_value == pytest.approx((1 + hits) / 1000)
+    greater = stats.permutation_test(corr, x, y, alternative="greater")
+    assert greater.p_value == pytest.approx((1 + np.sum(greater.null >= greater.statistic - 1e-12)) / 1000)
+    less = stats.permutation_test(corr, x, y, alternative="less")
+    assert less.p_value == pytest.approx((1 + np.sum(less.null <= less.statistic + 1e-12)) / 1000)
+    assert less.p_value > 0.9 > 0.1 > greater.p_value
+
+
+def test_permutation_p_counts_ties_with_the_observed():
+    null = np.array([0.5, 0.5, -0.5, 0.1])
+    assert stats._perm_p(0.5, null, "greater", include_observed=False) == 0.5
+    assert stats._perm_p(0.5, null, "two-sided", include_observed=False) == 0.75
+    assert stats._perm_p(-0.5, null, "less", include_observed=True) == pytest.approx(2 / 5)
+    assert stats._perm_p(0.5 + 1e-14, null, "greater", include_observed=False) == 0.5  # within tolerance
+    assert stats._perm_p(0.5 + 1e-6, null, "greater", include_observed=False) == 0.0
+    # the tolerance is 1e-12 relative to the observed value, and absolute below 1
+    assert stats._perm_p(1000.0, np.array([1000.0 - 5e-10]), "greater", include_observed=False) == 1.0
+    assert stats._perm_p(0.5, np.array([0.5 - 1.5e-12]), "greater", include_observed=False) == 0.0
+    assert stats._perm_p(0.5, np.array([0.5 - 0.5e-12]), "greater", include_observed=False) == 1.0
+    assert stats._perm_p(-0.5, np.array([-0.5 + 0.5e-12]), "less", include_observed=False) == 1.0
+    assert stats._perm_p(-0.5, np.array([-0.5 + 1.5e-12]), "less", include_observed=False) == 0.0
+    assert stats._perm_p(0.5, np.array([-0.5 + 0.5e-12]), "two-sided", include_observed=False) == 1.0
+    assert stats._perm_p(0.5, np.array([-0.5 + 1.5e-12]), "two-sided", include_observed=False) == 0.0
+    assert _message(stats._perm_p, 0.5, null, "GREATER", include_observed=False) == (
+        "alternative must be 'two-sided', 'greater' or 'less', got 'GREATER'")
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def test_argument_messages():
+    assert _message(stats.bootstrap_ci, np.mean, np.arange(5.0), confidence=1.0) == (
+        "confidence must be between 0 and 1 (e.g. 0.95), got 1.0")
+    assert _message(stats.bootstrap_ci, np.mean, np.arange(5.0), confidence=0.0) == (
+        "confidence must be between 0 and 1 (e.g. 0.95), got 0.0")
+    assert _message(stats.bootstrap_ci, np.mean, np.arange(5.0), n_resamples=True) == (
+        "n_resamples must be an integer >= 1, got True")
+    assert _message(stats.bootstrap_ci, np.mean, np.arange(5.0), n_resamples=2.0) == (
+        "n_resamples must be an integer >= 1, got 2.0")
+    assert _message(stats.bootstrap_ci, np.mean) == "pass at least one array to resample (arrays)"
+    assert _message(stats.bootstrap_ci, np.mean, np.float64(1.0)) == (
+        "arrays[0] is a scalar; pass arrays with one row per sample")
+    assert _message(stats.bootstrap_ci, np.mean, np.ones(3), np.ones(4), np.ones(5)) == (
+        "all arrays must have the same number of rows; first has 3, but [1] has 4, [2] has 5")
+    assert _message(stats.bootstrap_ci, np.mean, np.ones(0)) == "arrays are empty: nothing to resample"
+    assert _message(stats.bootstrap_ci, "mean", np.ones(3)) == (
+        "statistic must be a callable taking the resampled arrays")
+    assert _message(stats.paired_bootstrap, np.mean, np.ones(3), np.ones(4)) == (
+        "all inputs must have the same number of rows; first has 3, but [1] has 4")
+    assert _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=[0, 1, 2]) == (
+        "groups must be a 1-D array with one label per row (4), got shape (3,)")
+    assert _message(stats.bootstrap_ci, np.mean, np.ones(4), strata=np.zeros((4, 1))) == (
+        "strata must be a 1-D array with one label per row (4), got shape (4, 1)")
+    assert _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=[0, 0, 1, 1], strata=[0, 1, 1, 1]) == (
+        "1 group(s) span several strata; each group (e.g. patient) must belong to one stratum, "
+        "or resample without strata")
+    assert _message(list, stats.resample_indices(0)) == "n must be an integer >= 1, got 0"
+    assert stats._check_count(0, "n_permutations", 0) == 0
+    assert stats._check_confidence(0.5) == 0.5 and isinstance(stats._check_confidence(1 / 2), float)
+    msg = _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=np.array([1, "a", 2.5, None], dtype=object))
+    assert msg.startswith("groups labels cannot be compared (") and msg.endswith("); pass labels of one type")
+
+
+def test_resampler_draws_whole_groups_within_strata():
+    groups = np.array([5, 5, 5, 2, 2, 9, 7, 7, 7, 7])
+    strata = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
+    for idx in stats.resample_indices(10, n_resamples=50, groups=groups, strata=strata, random_state=4):
+        drawn = groups[idx]
+        # each drawn group comes with all its rows, contiguous
+        for g in np.unique(drawn):
+            assert np.sum(drawn == g) % np.sum(groups == g) == 0
+        # as many group draws per stratum as the stratum has groups (two each)
+        draws = {g: np.sum(drawn == g) // np.sum(groups == g) for g in np.unique(drawn)}
+        for s in (0, 1):
+            assert sum(d for g, d in draws.items() if strata[groups == g][0] == s) == 2
+    plain = list(stats.resample_indices(6, n_resamples=3, random_state=1))
+    assert [len(p) for p in plain] == [6, 6, 6]
+    first = np.random.default_rng(1).integers(0, 6, 6)
+    assert np.array_equal(plain[0], first)  # rows drawn uniformly with replacement, in draw order
+
+
+def test_grouped_partition_fractions_and_messages():
+    groups = np.repeat(np.arange(20), 3)
+    parts = stats.grouped_partition(groups, (0.5, 0.25, 0.25))
+    assert [len(np.unique(groups[p])) for p in parts] == [10, 5, 5]
+    assert sorted(np.concatenate(parts).tolist()) == list(range(60))
+    assert all(np.all(np.diff(p) > 0) for p in parts)
+    default = stats.grouped_partition(groups, (0.5, 0.5))
+    assert all(np.array_equal(a, b) for a, b in zip(default, stats.grouped_partition(groups, (0.5, 0.5),
+                                                                                       random_state=0)))
+    # a part never comes out empty, even for a tiny fraction
+    tiny = stats.grouped_partition(np.arange(10), (0.98, 0.01, 0.01))
+    assert [len(p) for p in tiny] == [8, 1, 1]
+    assert _message(stats.grouped_partition, [0, 0, 1], (0.4, 0.3, 0.3)) == (
+        "need at least 3 patients to split the images, found 2")
+
+
+# --------------------------------------------------------------------------- DeLong
+
+
+def test_delong_formulas_and_boundaries():
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(12)
+    y = rng.integers(0, 2, 80)
+    a, b = y + rng.normal(0, 0.8, 80), y + rng.normal(0, 1.5, 80)
+    res = stats.delong_test(y, a, b)
+    assert res.confidence == 0.95
+    assert res.difference == pytest.approx(res.auc_a - res.auc_b)
+    assert res.auc_a == pytest.approx(stats.auroc(y, a)) and res.auc_b == pytest.approx(stats.auroc(y, b))
+    assert res.z == pytest.approx(res.difference / res.se)
+    assert res.p_value == pytest.approx(2 * norm.sf(abs(res.z)))
+    half = norm.ppf(0.975) * res.se
+    assert (res.low, res.high) == pytest.approx((res.difference - half, res.difference + half))
+    as_bool = stats.delong_test(y.astype(bool), a, b)
+    assert as_bool == res
+    # two cases per class are enough
+    tiny = stats.delong_test([0, 0, 1, 1], [0.1, 0.3, 0.2, 0.9], [0.2, 0.1, 0.4, 0.3])
+    assert tiny.auc_a == pytest.approx(0.75) and tiny.auc_b == pytest.approx(1.0)
+    # identical scores: no difference, p = 1; perfect against inverted: se 0, z infinite, p = 0
+    same = stats.delong_test(y, a, a)
+    assert (same.difference, same.se, same.z, same.p_value) == (0.0, 0.0, 0.0, 1.0)
+    flip = stats.delong_test(y, y + 0.0, -y + 0.0)
+    assert (flip.difference, flip.se, flip.z, flip.p_value) == (1.0, 0.0, np.inf, 0.0)
+    back = stats.delong_test(y, -y + 0.0, y + 0.0)
+    assert (back.z, back.p_value) == (-np.inf, 0.0)
+
+
+def test_delong_messages():
+    y, s = np.array([0, 1, 0, 1, 1, 0]), np.arange(6.0)
+    assert _message(stats.delong_test, y[:, None], s, s) == (
+        "y_true must be a 1-D array with one label per case, got shape (6, 1)")
+    assert _message(stats.delong_test, y, s[:5], s) == (
+        "y_true and score_a must have the same length (one score per case), got 6 labels and 5 scores")
+    assert _message(stats.delong_test, y, s, s[:, None]) == (
+        "y_true and score_b must have the same length (one score per case), got 6 labels and 6 scores")
+    bad = s.copy()
+    bad[[1, 2]] = [np.nan, np.inf]
+    assert _message(stats.delong_test, y, bad, s) == (
+        "score_a has 2 NaN or infinite values; drop those cases")
+    assert _message(stats.delong_test, y, s, bad) == (
+        "score_b has 2 NaN or infinite values; drop those cases")
+    assert _message(stats.delong_test, np.array(list("ababab")), s, s) == "y_true must hold 0/1 (or bool) labels"
+    assert _message(stats.delong_test, y * 2, s, s) == (
+        "y_true must hold 0/1 (or bool) labels without missing values")
+    assert stats.delong_test([0, 1, 1, 1, 1, 0], s, s).p_value == 1.0  # 2 negatives are enough
+    assert _message(stats.delong_test, [0, 1, 1, 1, 1, 1], s, s) == (
+        "need at least 2 positive and 2 negative cases for the DeLong test, got 5 positive and 1 negative; "
+        "a single class has no AUROC")
+    assert _message(stats.delong_test, [1, 0, 0, 0, 0, 0], s, s) == (
+        "need at least 2 positive and 2 negative cases for the DeLong test, got 1 positive and 5 negative; "
+        "a single class has no AUROC")
+    assert _message(stats.delong_test, y, s, s, confidence=1.5) == (
+        "confidence must be between 0 and 1 (e.g. 0.95), got 1.5")
+
+
+def test_auroc_known_answers_and_length_message():
+    assert stats.auroc([0, 0, 1, 1], [0.1, 0.4, 0.35, 0.8]) == 0.75
+    assert stats.auroc([0, 1, 0, 1], [0.5, 0.5, 0.5, 0.5]) == 0.5  # ties count half
+    assert stats.auroc([True, False, True], [3.0, 1.0, 2.0]) == 1.0
+    assert np.isnan(stats.auroc([1, 1, 1], [0.1, 0.2, 0.3])) and np.isnan(stats.auroc([0, 0], [0.1, 0.2]))
+    assert _message(stats.auroc, [0, 1, 1], [0.1, 0.2]) == (
+        "y_true and y_score must have the same length, got 3 and 2")

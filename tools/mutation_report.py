@@ -1,0 +1,117 @@
+"""Kill rate per module of the last `make mutation` run, and every surviving mutant.
+
+Reads mutmut's result files under ``mutants/`` and writes ``mutants/report.md``:
+a table per module (killed, survived, timeouts, mutants no test reaches, kill
+rate) and, for each survivor, its diff. Survivors listed in
+``tools/mutation_equivalent.toml`` (mutant name -> why it cannot change a
+result) count as equivalent and leave the rate's denominator; names there that
+no longer match a surviving mutant are reported, so the list cannot go stale
+silently.
+
+The kill rate is ``(killed + timeout) / (total - not checked - equivalent)``:
+a mutant that no fast test reaches counts as surviving, because it is a bug
+the suite would not notice.
+
+Run from the repository root with the project's virtual environment:
+``.venv/bin/python tools/mutation_report.py [--min-rate 0.9]``. It exits 1
+when a module is below ``--min-rate``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tomllib
+from collections import Counter
+from pathlib import Path
+
+from mutmut.mutation.data import SourceFileMutationData
+from mutmut.mutation.diff_apply import get_diff_for_mutant
+from mutmut.stats import status_by_exit_code
+
+EQUIVALENT_FILE = Path("tools/mutation_equivalent.toml")
+REPORT = Path("mutants/report.md")
+CAUGHT = ("killed", "timeout", "segfault", "caught by type check")
+
+
+def load_results(modules: list[str]) -> dict[str, dict[str, str]]:
+    """Status of every mutant, by module, from mutmut's ``.meta`` files."""
+    results = {}
+    for path in sorted(Path("crslib").glob("*.py")):
+        if modules and path.stem not in modules:
+            continue
+        meta = Path("mutants") / (str(path) + ".meta")
+        if not meta.exists():
+            continue
+        data = SourceFileMutationData(path=path)
+        data.load()
+        results[path.stem] = {name: status_by_exit_code[code] for name, code in data.exit_code_by_key.items()}
+    return results
+
+
+def load_equivalent() -> dict[str, str]:
+    """Mutant name -> reason it is equivalent (changes no observable result)."""
+    if not EQUIVALENT_FILE.exists():
+        return {}
+    return dict(tomllib.loads(EQUIVALENT_FILE.read_text())["equivalent"])
+
+
+def summarise(statuses: dict[str, str], equivalent: dict[str, str]) -> dict[str, float | int]:
+    counts = Counter(statuses.values())
+    n_equivalent = sum(1 for name, status in statuses.items() if status == "survived" and name in equivalent)
+    checked = len(statuses) - counts["not checked"] - n_equivalent
+    caught = sum(counts[s] for s in CAUGHT)
+    return {
+        "total": len(statuses), "killed": counts["killed"], "timeout": counts["timeout"],
+        "survived": counts["survived"] - n_equivalent, "equivalent": n_equivalent, "no_tests": counts["no tests"],
+        "not_checked": counts["not checked"], "rate": caught / checked if checked else float("nan"),
+    }
+
+
+def render(results: dict[str, dict[str, str]], equivalent: dict[str, str]) -> tuple[str, dict[str, dict]]:
+    lines = ["# Mutation testing report", "",
+             "| module | mutants | killed | timeout | survived | no test reaches | equivalent | not checked "
+             "| kill rate |", "|---|---|---|---|---|---|---|---|---|"]
+    summaries = {}
+    for module, statuses in results.items():
+        s = summaries[module] = summarise(statuses, equivalent)
+        lines.append(f"| {module} | {s['total']} | {s['killed']} | {s['timeout']} | {s['survived']} | "
+                     f"{s['no_tests']} | {s['equivalent']} | {s['not_checked']} | {s['rate']:.1%} |")
+    seen = {name for statuses in results.values() for name in statuses}
+    stale = sorted(set(equivalent) - seen)
+    if stale:
+        lines += ["", "Equivalent-list entries that match no mutant of this run (update "
+                  f"{EQUIVALENT_FILE}):", *[f"- `{name}`" for name in stale]]
+    for module, statuses in results.items():
+        open_ = [n for n, st in statuses.items() if st in ("survived", "no tests") and n not in equivalent]
+        if not open_:
+            continue
+        lines += ["", f"## {module}: {len(open_)} mutants no test kills", ""]
+        for name in open_:
+            diff = get_diff_for_mutant(name, path=Path("crslib") / f"{module}.py")
+            lines += [f"### `{name}` ({statuses[name]})", "", "```diff", diff, "```", ""]
+    return "\n".join(lines) + "\n", summaries
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("modules", nargs="*", help="module names (default: every mutated module)")
+    parser.add_argument("--min-rate", type=float, default=None, help="exit 1 when a module's kill rate is below")
+    args = parser.parse_args(argv)
+    results = load_results(args.modules)
+    if not results:
+        print("no mutation results under mutants/: run `make mutation` first", file=sys.stderr)
+        return 2
+    text, summaries = render(results, load_equivalent())
+    REPORT.write_text(text)
+    for module, s in summaries.items():
+        print(f"{module:10s} {s['total']:5d} mutants  killed {s['killed'] + s['timeout']:5d}  "
+              f"survived {s['survived'] + s['no_tests']:4d}  equivalent {s['equivalent']:3d}  "
+              f"not checked {s['not_checked']:4d}  kill rate {s['rate']:.1%}")
+    print(f"survivors with diffs: {REPORT}")
+    low = [m for m, s in summaries.items() if args.min_rate is not None and not s["rate"] >= args.min_rate]
+    return 1 if low else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
