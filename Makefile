@@ -45,9 +45,14 @@ bench: $(STAMP)
 
 # Mutation testing (mutmut): every mutant of MODULES runs the fast tests that reach its function;
 # tools/mutation_report.py then writes the kill rate per module and each survivor's diff to
-# mutants/report.md. Results are kept in mutants/, so a rerun tests only changed functions.
+# mutants/report.md. RECHECK=1 runs only the mutants the last run left open (after new tests).
 mutation: $(STAMP)
-	$(BIN)/mutmut run --max-children $$(nproc) $(foreach m,$(MODULES),'crslib.$(m).*')
+	@if [ -n "$(RECHECK)" ]; then \
+	    open=$$($(BIN)/python tools/mutation_report.py --open $(MODULES)) || exit $$?; \
+	    if [ -n "$$open" ]; then $(BIN)/mutmut run --max-children $$(nproc) $$open; fi; \
+	else \
+	    $(BIN)/mutmut run --max-children $$(nproc) $(foreach m,$(MODULES),'crslib.$(m).*'); \
+	fi
 	$(BIN)/python tools/mutation_report.py $(MODULES)
 
 clean:

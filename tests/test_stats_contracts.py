@@ -61,6 +61,17 @@ def test_square_pair_nan_anywhere_off_the_diagonal(where, side):
         f"{side} has NaN or infinite off-diagonal entries; fill or drop those models")
 
 
+@pytest.mark.parametrize("side", ["A", "B"])
+def test_square_pair_missing_entries_from_lists(side):
+    """Nested lists with None (a missing model pair) are read as NaN, not as objects."""
+    good = _sym(4).tolist()
+    missing = _sym(4).tolist()
+    missing[1][2] = missing[2][1] = None
+    args = (missing, good) if side == "A" else (good, missing)
+    assert _message(stats.mantel_test, *args) == (
+        f"{side} has NaN or infinite off-diagonal entries; fill or drop those models")
+
+
 def test_square_pair_tolerances_and_diagonal():
     A = _sym(4)
     assert stats.pairwise_spearman(A[:3, :3], A[:3, :3]) == pytest.approx(1.0)  # 3 models are enough
@@ -337,3 +348,59 @@ def test_auroc_known_answers_and_length_message():
     assert np.isnan(stats.auroc([1, 1, 1], [0.1, 0.2, 0.3])) and np.isnan(stats.auroc([0, 0], [0.1, 0.2]))
     assert _message(stats.auroc, [0, 1, 1], [0.1, 0.2]) == (
         "y_true and y_score must have the same length, got 3 and 2")
+
+
+# --------------------------------------------------------------------------- bootstrap against a plain loop
+
+
+def _loop(statistic, arrays, **kwargs):
+    n = len(arrays[0])
+    return np.array([statistic(*(a[idx] for a in arrays)) for idx in stats.resample_indices(n, **kwargs)])
+
+
+@pytest.mark.parametrize("design", ["rows", "groups", "strata", "groups+strata"])
+def test_bootstrap_and_paired_bootstrap_equal_a_plain_loop(design):
+    rng = np.random.default_rng(13)
+    n = 60
+    groups = np.repeat(np.arange(20), 3)
+    strata = (groups % 2).astype(int)
+    options = {"rows": {}, "groups": {"groups": groups}, "strata": {"strata": strata},
+               "groups+strata": {"groups": groups, "strata": strata}}[design]
+    a, b = rng.normal(size=n), rng.normal(size=n)
+    res = stats.bootstrap_ci(np.mean, a, n_resamples=50, random_state=4, **options)
+    assert np.array_equal(res.samples, _loop(np.mean, [a], n_resamples=50, random_state=4, **options))
+    paired = stats.paired_bootstrap(np.mean, a, b, n_resamples=50, random_state=4, **options)
+    expected = _loop(lambda x, y: np.mean(x) - np.mean(y), [a, b], n_resamples=50, random_state=4, **options)
+    assert np.allclose(paired.samples, expected)
+    assert paired.share_positive == pytest.approx(np.mean(expected > 0))
+
+
+def test_bootstrap_defaults_and_invalid_resamples():
+    rng = np.random.default_rng(14)
+    a, b = rng.normal(size=30), rng.normal(size=30)
+    res = stats.bootstrap_ci(np.mean, a)
+    assert res.samples.shape == (1000,) and res.confidence == 0.95 and res.n_invalid == 0
+    assert np.array_equal(res.samples, stats.bootstrap_ci(np.mean, a, n_resamples=1000, random_state=0).samples)
+    paired = stats.paired_bootstrap(np.mean, a, b)
+    assert paired.samples.shape == (1000,) and paired.confidence == 0.95 and paired.n_invalid == 0
+    assert np.array_equal(paired.samples,
+                          stats.paired_bootstrap(np.mean, a, b, n_resamples=1000, random_state=0).samples)
+    assert (paired.estimate_a, paired.estimate_b) == (pytest.approx(a.mean()), pytest.approx(b.mean()))
+    assert _message(stats.paired_bootstrap, np.mean, a, b, n_resamples=0) == (
+        "n_resamples must be an integer >= 1, got 0")
+    # resamples where the statistic is undefined are counted and left out
+    y = np.r_[np.zeros(27), np.ones(3)]
+    half = stats.paired_bootstrap(stats.auroc, (y, a), (y, b), n_resamples=200, confidence=0.9, random_state=1)
+    n_nan = int(np.isnan(half.samples).sum())
+    assert half.n_invalid == n_nan > 0 and isinstance(half.n_invalid, int) and half.confidence == 0.9
+    valid = half.samples[~np.isnan(half.samples)]
+    assert half.share_positive == pytest.approx(np.mean(valid > 0))
+    assert half.low == pytest.approx(np.percentile(valid, 5))
+    nowhere = stats.paired_bootstrap(lambda x: np.nan, a, b, n_resamples=5)
+    assert nowhere.n_invalid == 5 and np.isnan(nowhere.share_positive) and np.isnan(nowhere.low)
+    vector = stats.bootstrap_ci(lambda x: np.array([x.mean(), np.nan]), a, n_resamples=20)
+    assert vector.n_invalid.tolist() == [0, 20] and vector.estimate.shape == (2,)
+    assert isinstance(stats.bootstrap_ci(np.mean, np.arange(5)).estimate, float)  # integer data, float estimate
+    assert isinstance(stats.bootstrap_ci(lambda x: 1, np.arange(5)).estimate, float)
+    counts = stats.bootstrap_ci(lambda x: np.array([1, 2]), np.arange(5), n_resamples=3)
+    assert counts.estimate.dtype == np.float64 and counts.estimate.tolist() == [1.0, 2.0]

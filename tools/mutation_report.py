@@ -13,8 +13,10 @@ a mutant that no fast test reaches counts as surviving, because it is a bug
 the suite would not notice.
 
 Run from the repository root with the project's virtual environment:
-``.venv/bin/python tools/mutation_report.py [--min-rate 0.9]``. It exits 1
-when a module is below ``--min-rate``.
+``.venv/bin/python tools/mutation_report.py [MODULE...] [--min-rate 0.9]``. It
+exits 1 when a module is below ``--min-rate``; ``--open`` prints only the
+names of the mutants still open (survived, unreached or not yet checked), which
+``make mutation RECHECK=1`` hands back to mutmut after the tests changed.
 """
 
 from __future__ import annotations
@@ -97,11 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("modules", nargs="*", help="module names (default: every mutated module)")
     parser.add_argument("--min-rate", type=float, default=None, help="exit 1 when a module's kill rate is below")
+    parser.add_argument("--open", action="store_true",
+                        help="only print the names of the mutants no test kills (for `mutmut run NAME...`)")
     args = parser.parse_args(argv)
     results = load_results(args.modules)
     if not results:
         print("no mutation results under mutants/: run `make mutation` first", file=sys.stderr)
         return 2
+    if args.open:
+        equivalent = load_equivalent()
+        print("\n".join(n for statuses in results.values() for n, st in statuses.items()
+                        if st in ("survived", "no tests", "not checked") and n not in equivalent))
+        return 0
     text, summaries = render(results, load_equivalent())
     REPORT.write_text(text)
     for module, s in summaries.items():
