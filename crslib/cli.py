@@ -68,6 +68,8 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     for row in result.skipped.itertuples():
         print(f"skipped {row.path}: {row.reason}", file=sys.stderr)
     status = "cache hit" if result.cache_hit else "computed"
+    if result.shards and not result.cache_hit:
+        status += f", {result.shards['from_cache']} of {result.shards['total']} shards from the cache"
     print(
         f"{result.X.shape[0]} embeddings of dimension {result.X.shape[1]} from {encoder.name} "
         f"({status}, {result.seconds:.2f} s, key {result.key[:12]})"

@@ -330,13 +330,41 @@ def _timm_interpolation(value: str | None) -> str:
 # --------------------------------------------------------------------------- hashes
 
 
-_FILE_HASHES: dict[tuple[str, int, int], str] = {}
+_FILE_HASHES: dict[tuple[str, int, int, int, int, int], str] = {}
 _FILE_HASHES_LOCK = threading.Lock()
+#: A file's stat stamp is trusted for the memo only when the file last changed
+#: this long before it was hashed: file-system timestamps are coarse (a kernel
+#: tick, or seconds), so a rewrite soon after hashing could leave every field
+#: of the stamp unchanged ("racy" stamps, as in git's index).
+_STAMP_SETTLED_NS = 2_000_000_000
+
+
+def _file_stamp(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    """Identity of a file's current content as far as ``stat`` can tell:
+    ``ctime`` changes on every write and cannot be set by users, unlike
+    ``mtime`` (restored by ``cp -p``, ``rsync -t`` or ``os.utime``)."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def weights_sha256(path: str | os.PathLike) -> str:
-    """SHA-256 of a weight file, memoised by ``(path, size, mtime_ns)`` so
-    repeated calls cost one ``stat``.
+    """SHA-256 of a weight file's bytes, memoised so repeated calls cost one
+    ``stat``.
+
+    The memo is keyed by the real path and the file's stamp (device, inode,
+    size, mtime and ctime in nanoseconds), and only files that had not changed
+    for :data:`_STAMP_SETTLED_NS` when they were hashed are memoised; a file
+    rewritten in place with the same size and a restored mtime is hashed
+    again.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        The weight file.
+
+    Returns
+    -------
+    str
+        Hex digest of the file's content.
 
     Examples
     --------
@@ -346,15 +374,18 @@ def weights_sha256(path: str | os.PathLike) -> str:
     '2d711642'
     """
     real = os.path.realpath(path)
-    st = os.stat(real)
-    memo_key = (real, st.st_size, st.st_mtime_ns)
+    started_ns = time.time_ns()
+    stamp = _file_stamp(os.stat(real))
+    memo_key = (real, *stamp)
     with _FILE_HASHES_LOCK:
         hit = _FILE_HASHES.get(memo_key)
     if hit is not None:
         return hit
     value = file_sha256(real)
-    with _FILE_HASHES_LOCK:
-        _FILE_HASHES[memo_key] = value
+    settled = started_ns - max(stamp[3], stamp[4]) > _STAMP_SETTLED_NS
+    if settled and _file_stamp(os.stat(real)) == stamp:  # unchanged while it was read
+        with _FILE_HASHES_LOCK:
+            _FILE_HASHES[memo_key] = value
     return value
 
 

@@ -7,8 +7,12 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import copy  # noqa: E402
+import hashlib  # noqa: E402
 import importlib.resources  # noqa: E402
+import socket  # noqa: E402
 import time  # noqa: E402
+from unittest import mock  # noqa: E402
 
 import crslib  # noqa: E402,F401  (before torch/timm)
 import numpy as np  # noqa: E402
@@ -191,28 +195,98 @@ def test_weight_file_errors_name_the_file(tmp_path, source_model):
         load_encoder(f"timm:{SMALL}?weights={wrong_suffix}")
 
 
-def test_weights_sha256_is_memoised_and_tracks_changes(tmp_path):
+def _rewrite_in_place(path, data: bytes) -> None:
+    """Overwrite ``path`` in place (same inode) with ``data`` of the same size
+    and put its mtime back, as ``cp -p`` or a coarse-timestamp file system would."""
+    before = os.stat(path)
+    assert len(data) == before.st_size
+    with open(path, "r+b") as handle:
+        handle.write(data)
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_ino, after.st_size, after.st_mtime_ns) == (before.st_ino, before.st_size, before.st_mtime_ns)
+
+
+def test_weights_sha256_is_memoised_and_tracks_changes(tmp_path, monkeypatch):
+    import crslib.encoders as encoders
+
+    # every stamp counts as settled (a file written long ago), so the memo is used at once
+    monkeypatch.setattr(encoders, "_STAMP_SETTLED_NS", -(10**18))
     path = tmp_path / "w.bin"
     path.write_bytes(b"a" * (4 << 20))
-    first = weights_sha256(path)
-    t0 = time.perf_counter()
-    for _ in range(50):
-        assert weights_sha256(path) == first
-    assert time.perf_counter() - t0 < 0.05
-    path.write_bytes(b"b" * (4 << 20))
-    assert weights_sha256(path) != first
+    with mock.patch.object(encoders, "file_sha256", wraps=encoders.file_sha256) as reads:
+        first = weights_sha256(path)
+        for _ in range(50):
+            assert weights_sha256(path) == first
+        assert reads.call_count == 1  # 50 memo hits, one read of the file
+        path.write_bytes(b"b" * (4 << 20))
+        assert weights_sha256(path) == hashlib.sha256(b"b" * (4 << 20)).hexdigest()
+        assert reads.call_count == 2
+        # same size, mtime restored: only ctime tells; wait (bounded) until the clock has
+        # moved past the file's ctime tick so the rewrite gets a new ctime
+        old_ctime = os.stat(path).st_ctime_ns
+        for _ in range(500):
+            _rewrite_in_place(path, b"c" * (4 << 20))
+            if os.stat(path).st_ctime_ns != old_ctime:
+                break
+            time.sleep(0.01)
+        assert os.stat(path).st_ctime_ns != old_ctime
+        assert weights_sha256(path) == hashlib.sha256(b"c" * (4 << 20)).hexdigest()
+        assert reads.call_count == 3
+
+
+def test_weights_sha256_sees_an_in_place_rewrite_with_the_same_size_and_mtime(tmp_path):
+    path = tmp_path / "w.bin"
+    old, new = b"\x01" * 4096, b"\x02" * 4096
+    path.write_bytes(old)
+    assert weights_sha256(path) == hashlib.sha256(old).hexdigest()
+    assert weights_sha256(path) == hashlib.sha256(old).hexdigest()
+    _rewrite_in_place(path, new)
+    assert weights_sha256(path) != hashlib.sha256(old).hexdigest()
+    assert weights_sha256(path) == hashlib.sha256(new).hexdigest()
+
+
+def test_cache_key_changes_when_weights_are_rewritten_in_place(tmp_path, source_model):
+    path = tmp_path / "w.pth"
+    torch.save(source_model.state_dict(), path)
+    spec = f"timm:{SMALL}?weights={path}"
+    before = load_encoder(spec)
+    other = copy.deepcopy(source_model)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(0.5)
+    (tmp_path / "new").mkdir()
+    torch.save(other.state_dict(), tmp_path / "new" / "w.pth")  # same layout and size, other values
+    _rewrite_in_place(path, (tmp_path / "new" / "w.pth").read_bytes())
+    after = load_encoder(spec)
+    assert after.name == before.name
+    assert after.fingerprint() != before.fingerprint()  # the embedding cache key changes with the bytes
+    assert after.fingerprint() == load_encoder(spec).fingerprint()
 
 
 # --------------------------------------------------------------------------- Hugging Face cache
 
 
 def test_hf_weights_missing_fail_fast(tmp_path, monkeypatch):
+    # fails at once, without trying the network (no retries, no timeouts), even
+    # where HF_HUB_OFFLINE is not set: every connection or DNS lookup is recorded
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hf-cache"))
-    t0 = time.perf_counter()
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    attempts = []
+
+    def no_network(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network access in a test")
+
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    monkeypatch.setattr(socket.socket, "connect_ex", no_network)
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    monkeypatch.setattr(socket, "create_connection", no_network)
     with pytest.raises(ModelError, match="not in the local HF cache") as info:
         load_encoder(f"timm:{SMALL}?pretrained=hf")
-    assert time.perf_counter() - t0 < 5
+    assert attempts == []
     assert "hf download timm/test_resnet.r160_in1k" in str(info.value)
+    assert str(tmp_path / "empty-hf-cache") in str(info.value)
 
 
 def test_hf_weights_used_from_local_cache(tmp_path, monkeypatch, source_model):

@@ -104,7 +104,23 @@ def test_bad_embeddings_and_k_give_clear_errors_or_defined_answers() -> None:
     # answer is defined and reproducible, and equal to the overlap of two identical constant spaces (1.0)
     C = np.ones((50, 8), dtype=np.float32)
     assert agreement.mutual_knn_overlap(C, C, k=5) == pytest.approx(1.0)
-    assert agreement.mutual_knn_overlap(C, X, k=5) == agreement.mutual_knn_overlap(C, X, k=5)
+    # with ties broken by index, image i's neighbours in C are the 5 lowest other indices;
+    # in X (no ties) they are its 5 most cosine-similar rows
+    unit = X / np.linalg.norm(X, axis=1, keepdims=True)
+    similarity = unit @ unit.T
+    np.fill_diagonal(similarity, -np.inf)
+    in_x = np.argsort(-similarity, axis=1, kind="stable")[:, :5]
+    in_c = [[j for j in range(6) if j != i][:5] for i in range(50)]
+    expected = np.mean([len(set(in_c[i]) & set(in_x[i])) / 5 for i in range(50)])
+    assert 0 < expected < 1
+    here = agreement.mutual_knn_overlap(C, X, k=5)
+    assert here == pytest.approx(expected, abs=1e-12)
+    # and a separate process computes exactly the same number
+    code = ("import numpy as np; from crslib import agreement; X = np.random.default_rng(1).normal(size=(50, 8))"
+            ".astype(np.float32); print(repr(agreement.mutual_knn_overlap(np.ones((50, 8), np.float32), X, k=5)))")
+    other = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert other.returncode == 0, other.stderr
+    assert float(other.stdout.strip().splitlines()[-1]) == here
 
 
 def test_a_single_class_in_a_split_is_a_clear_error(tmp_path: Path) -> None:
@@ -121,31 +137,98 @@ def test_a_single_class_in_a_split_is_a_clear_error(tmp_path: Path) -> None:
         protocol.protocol_splits(manifest["split"], manifest["patient_id"], manifest["label"])
 
 
+#: ``crs`` with two test hooks: CRS_TEST_SHARD_SIZE sets the images per cache shard (the
+#: CLI uses 512), and with CRS_TEST_STOP_MARKER set, the run writes that file and then
+#: blocks once the first shard is in the cache and a batch of the second is encoded, so
+#: a kill always lands in the middle of an extraction, whatever the machine's speed.
+HOOKED_CRS = """
+import functools, os, sys, time
+from pathlib import Path
+
+import crslib.embed as embed
+import crslib.encoders as encoders
+from crslib.cli import main
+
+embed.extract_embeddings = functools.partial(embed.extract_embeddings,
+                                             shard_size=int(os.environ["CRS_TEST_SHARD_SIZE"]))
+marker = os.environ.get("CRS_TEST_STOP_MARKER")
+if marker:
+    saved = []
+    save, encode = embed._save_shard, encoders.TorchEncoder.encode
+
+    def save_and_count(*args, **kwargs):
+        save(*args, **kwargs)
+        saved.append(args[1].key)
+
+    def encode_then_stop(self, batch):
+        out = encode(self, batch)
+        if saved:
+            Path(marker).write_text(f"{len(saved)} shard(s) saved")
+            time.sleep(3600)  # killed here, with the second shard half done
+        return out
+
+    embed._save_shard, encoders.TorchEncoder.encode = save_and_count, encode_then_stop
+sys.exit(main(sys.argv[1:]))
+"""
+
+
 @pytest.mark.slow
 def test_killed_extraction_resumes_to_the_same_array(tmp_path: Path) -> None:
     data = tmp_path / "p"
-    assert crs("phantom", str(data), "--patients", "400", "--image-size", "64", "--seed", "5").returncode == 0
-    spec = "timm:resnet18?size=64&seed=0"
-    env_a = dict(os.environ, CRS_CACHE_DIR=str(tmp_path / "cache-a"))
-    env_b = dict(os.environ, CRS_CACHE_DIR=str(tmp_path / "cache-b"))
-    reference = crs("embed", "--data", str(data), "--model", spec, "--out", str(tmp_path / "ref.npy"), env=env_a)
+    assert crs("phantom", str(data), "--patients", "40", "--image-size", "32", "--seed", "5").returncode == 0
+    n_images = len(pd.read_csv(data / "manifest.csv"))
+    shard_size = 16
+    n_shards = -(-n_images // shard_size)
+    assert n_shards >= 3
+    script = tmp_path / "hooked_crs.py"
+    script.write_text(HOOKED_CRS)
+    embed = [sys.executable, str(script), "embed", "--data", str(data), "--model", SPEC, "--batch-size", "4",
+             "--workers", "0"]
+
+    def env(cache: str, **extra: str) -> dict:
+        return dict(os.environ, CRS_CACHE_DIR=str(tmp_path / cache), CRS_TEST_SHARD_SIZE=str(shard_size), **extra)
+
+    def shard_files(cache: str) -> list[Path]:
+        return sorted((tmp_path / cache / "embeddings" / "shards").rglob("*.npy"))
+
+    reference = subprocess.run([*embed, "--out", str(tmp_path / "ref.npy")], env=env("cache-a"),
+                               capture_output=True, text=True, timeout=600)
     assert reference.returncode == 0, reference.stderr
-    # kill -9 as soon as the first shard has been written, then rerun
-    process = subprocess.Popen([sys.executable, "-m", "crslib", "embed", "--data", str(data), "--model", spec],
-                               env=env_b, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    shards = tmp_path / "cache-b" / "embeddings" / "shards"
-    while time.monotonic() < deadline and process.poll() is None:
-        if shards.is_dir() and any(shards.rglob("*.npy")):
-            break
-        time.sleep(0.05)
-    assert process.poll() is None, "extraction finished before it could be killed; use more images"
-    process.send_signal(signal.SIGKILL)
-    process.wait()
-    rerun = crs("embed", "--data", str(data), "--model", spec, "--out", str(tmp_path / "rerun.npy"), env=env_b)
+    assert len(shard_files("cache-a")) == n_shards
+    # kill -9 while the run is blocked in the middle of its second shard
+    marker, log = tmp_path / "one-shard-saved", tmp_path / "killed-run.log"
+    with open(log, "w") as output:
+        process = subprocess.Popen(embed, env=env("cache-b", CRS_TEST_STOP_MARKER=str(marker)),
+                                   stdout=output, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(6000):  # at most 10 minutes: a guard against a hang, not a measurement
+            if marker.exists() or process.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert marker.exists(), f"no shard (status {process.poll()}): {log.read_text()}"
+        assert process.poll() is None  # blocked, so the kill lands mid-run
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+    finished = shard_files("cache-b")
+    assert len(finished) == 1  # the finished shard was kept; the half-done one left nothing
+    kept = (finished[0].stat().st_ino, finished[0].stat().st_mtime_ns)
+    rerun = subprocess.run([*embed, "--out", str(tmp_path / "rerun.npy")], env=env("cache-b"),
+                           capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr
-    np.testing.assert_array_equal(np.load(tmp_path / "rerun.npy"), np.load(tmp_path / "ref.npy"))
-    assert "computed" in rerun.stdout  # it resumed: the finished shard was reused, the rest computed
+    # it resumed: one shard reused, the others computed, none computed twice
+    assert f"computed, 1 of {n_shards} shards from the cache" in rerun.stdout, rerun.stdout
+    assert len(shard_files("cache-b")) == n_shards
+    assert (finished[0].stat().st_ino, finished[0].stat().st_mtime_ns) == kept  # read, not written again
+    assert [p.name for p in shard_files("cache-b")] == [p.name for p in shard_files("cache-a")]
+    rerun_X, reference_X = np.load(tmp_path / "rerun.npy"), np.load(tmp_path / "ref.npy")
+    assert rerun_X.shape[0] == n_images
+    np.testing.assert_array_equal(rerun_X, reference_X)
+    np.testing.assert_array_equal(np.load(tmp_path / "rerun_image_ids.npy"), np.load(tmp_path / "ref_image_ids.npy"))
+    # a third run is a full cache hit
+    third = subprocess.run(embed, env=env("cache-b"), capture_output=True, text=True, timeout=600)
+    assert third.returncode == 0 and "(cache hit," in third.stdout, third.stdout + third.stderr
 
 
 @pytest.mark.slow

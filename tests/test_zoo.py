@@ -4,7 +4,7 @@ determinism, and the offline public reference encoders."""
 from __future__ import annotations
 
 import json
-import time
+from unittest import mock
 
 import numpy as np
 import pandas as pd
@@ -148,18 +148,27 @@ def test_model_card_fields(cards, zoo_root):
 
 
 def test_reuse_and_retrain_on_changed_data(cards, manifest, zoo_root, tiny_specs):
-    t0 = time.perf_counter()
-    again = train_zoo(manifest, specs=tiny_specs, image_size=SIZE, cache_root=zoo_root, progress=False)
+    import crslib.zoo as zoo
+
+    # reuse trains nothing: the training function is never called, the checkpoints stay as they are
+    checkpoints = {path: path.stat() for path in (zoo_root / "models").rglob("*") if path.is_file()}
+    with mock.patch.object(zoo, "_train_one", wraps=zoo._train_one) as training:
+        again = train_zoo(manifest, specs=tiny_specs, image_size=SIZE, cache_root=zoo_root, progress=False)
+    assert training.call_count == 0
     assert again["reused"].all()
     assert list(again["checkpoint_sha256"]) == list(cards["checkpoint_sha256"])
-    assert time.perf_counter() - t0 < sum(cards["wall_time_s"])
+    assert {p: (s.st_ino, s.st_mtime_ns, s.st_ctime_ns) for p, s in checkpoints.items()} == {
+        p: (p.stat().st_ino, p.stat().st_mtime_ns, p.stat().st_ctime_ns) for p in checkpoints}
 
     # flipping one training label changes the labelled model's data hash only
     changed = manifest.copy()
     first = changed.index[changed["split"] == "train"][0]
     changed.loc[first, "label"] = 1 - changed.loc[first, "label"]
     subset = [s for s in tiny_specs if s.objective in ("supervised_single", "contrastive")]
-    out = train_zoo(changed, specs=subset, image_size=SIZE, cache_root=zoo_root, progress=False).set_index("objective")
+    with mock.patch.object(zoo, "_train_one", wraps=zoo._train_one) as training:
+        out = train_zoo(changed, specs=subset, image_size=SIZE, cache_root=zoo_root, progress=False)
+    out = out.set_index("objective")
+    assert [call.args[0].objective for call in training.call_args_list] == ["supervised_single"]
     assert not out.loc["supervised_single", "reused"] and out.loc["contrastive", "reused"]
     assert out.loc["supervised_single", "training_data_hash"] != cards.set_index("objective").loc[
         "supervised_single", "training_data_hash"]
