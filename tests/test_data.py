@@ -7,7 +7,6 @@ import io
 import logging
 import os
 import shutil
-import time
 import warnings
 from pathlib import Path
 
@@ -265,13 +264,16 @@ def test_load_medmnist_grayscale_single_label_and_reuse(tmp_path):
     assert x.shape == (8, 9, 1)
     np.testing.assert_allclose(x[..., 0] * 255, arrays["val_images"][2], atol=1e-3)
 
-    mtimes = {p: os.stat(p).st_mtime_ns for p in m["path"]}
-    manifest_mtime = os.stat(Path(m["path"].iloc[0]).parent.parent / "manifest.csv").st_mtime_ns
-    time.sleep(0.01)
+    # a second load reuses the files: an atomic rewrite would give a new inode, any write a new ctime
+    def stamp(path):
+        st = os.stat(path)
+        return st.st_ino, st.st_mtime_ns, st.st_ctime_ns
+
+    manifest_path = Path(m["path"].iloc[0]).parent.parent / "manifest.csv"
+    stamps = {p: stamp(p) for p in [*m["path"], manifest_path]}
     again = D.load_medmnist(tmp_path / "pneumoniamnist.npz")
     pd.testing.assert_frame_equal(again, m)
-    assert {p: os.stat(p).st_mtime_ns for p in again["path"]} == mtimes
-    assert os.stat(Path(m["path"].iloc[0]).parent.parent / "manifest.csv").st_mtime_ns == manifest_mtime
+    assert {p: stamp(p) for p in [*again["path"], manifest_path]} == stamps
 
 
 def test_load_medmnist_rgb_multilabel(tmp_path):
