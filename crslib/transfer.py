@@ -184,10 +184,8 @@ def fit_linear_map(
     """
     if method not in MAP_METHODS:
         raise InputError(f"method must be one of {MAP_METHODS}, got {method!r}")
-    X, Y = _pair(X_src, X_dst)
+    X, Y = _pair(X_src, X_dst)  # at least 2 images each
     n = X.shape[0]
-    if n < 2:
-        raise InputError(f"fitting a linear map needs at least 2 images, got {n}")
     mx, my = X.mean(axis=0), Y.mean(axis=0)
     Xc, Yc = X - mx, Y - my
     if method == "lstsq":

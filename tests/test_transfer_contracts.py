@@ -1,0 +1,182 @@
+"""crslib.transfer: exact input errors and brute-force references for the linear maps.
+
+The ridge penalty is checked against a plain cross-validation with
+scikit-learn's Ridge on the same folds, Procrustes against a known rotation and
+scale, and each user error against its whole message, so that a changed
+bound, default or message in ``crslib.transfer`` fails a test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import KFold
+
+from crslib import transfer as T
+from crslib.errors import InputError
+
+
+def _message(fn, *args, **kwargs) -> str:
+    with pytest.raises(InputError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def _data(n=80, d_src=6, d_dst=4, noise=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    X = rng.normal(size=(n, d_src))
+    Y = X @ rng.normal(size=(d_src, d_dst)) + 3.0 + noise * rng.normal(size=(n, d_dst))
+    return X, Y
+
+
+# --------------------------------------------------------------------------- linear maps
+
+
+def test_ridge_alpha_and_errors_equal_a_plain_cross_validation():
+    X, Y = _data(noise=2.0)
+    alphas = np.logspace(-2, 3, 6)
+    m = T.fit_linear_map(X, Y, alphas=alphas, cv=4, random_state=3)
+    errors = {}
+    for alpha in alphas:
+        sq, count = 0.0, 0
+        for tr, va in KFold(n_splits=4, shuffle=True, random_state=3).split(X):
+            pred = Ridge(alpha=alpha).fit(X[tr], Y[tr]).predict(X[va])
+            sq += float(((Y[va] - pred) ** 2).sum())
+            count += va.size * Y.shape[1]
+        errors[float(alpha)] = sq / count
+    assert m.cv_errors_ == pytest.approx(errors)
+    assert m.alpha_ == min(errors, key=errors.get)
+    full = Ridge(alpha=m.alpha_).fit(X, Y)
+    assert m.coef_ == pytest.approx(full.coef_.T)
+    assert m.predict(X) == pytest.approx(full.predict(X))
+    assert (m.method, m.n_fit_, m.n_features_in_, m.n_features_out_) == ("ridge", 80, 6, 4)
+
+
+def test_ridge_defaults_single_alpha_and_few_images():
+    X, Y = _data()
+    default = T.fit_linear_map(X, Y)
+    explicit = T.fit_linear_map(X, Y, method="ridge", alphas=np.logspace(-3, 3, 13), cv=5, random_state=0)
+    assert default.alpha_ == explicit.alpha_ and default.cv_errors_ == explicit.cv_errors_
+    assert sorted(default.cv_errors_) == pytest.approx(np.logspace(-3, 3, 13))
+    one = T.fit_linear_map(X, Y, alphas=[2.5])
+    assert one.alpha_ == 2.5 and one.cv_errors_ == {}
+    assert one.coef_ == pytest.approx(Ridge(alpha=2.5).fit(X, Y).coef_.T)
+    # fewer images than folds: leave-one-out
+    few = T.fit_linear_map(X[:3], Y[:3], alphas=[0.1, 1.0], cv=5)
+    loo = T.fit_linear_map(X[:3], Y[:3], alphas=[0.1, 1.0], cv=3)
+    assert few.cv_errors_ == loo.cv_errors_
+    # ties in the CV error: the smallest alpha
+    flat = T.fit_linear_map(np.ones((6, 2)) * np.arange(6)[:, None], np.zeros((6, 1)) + 1.0, alphas=[1.0, 0.5, 2.0])
+    assert flat.alpha_ == 0.5
+
+
+def test_lstsq_and_procrustes_known_answers():
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(50, 5))
+    Q, _ = np.linalg.qr(rng.normal(size=(5, 5)))
+    Y = 2.5 * X @ Q - 1.0
+    pro = T.fit_linear_map(X, Y, method="procrustes")
+    assert pro.scale_ == pytest.approx(2.5) and pro.coef_ == pytest.approx(2.5 * Q)
+    assert T.held_out_r2(pro, X, Y) == pytest.approx(1.0)
+    assert (pro.method, pro.alpha_, pro.n_fit_) == ("procrustes", None, 50)
+    # dimensions differ: the map keeps the first outputs of an isometry
+    narrow = T.fit_linear_map(X, Y[:, :3], method="procrustes")
+    W = narrow.coef_ / narrow.scale_
+    assert W.shape == (5, 3) and W.T @ W == pytest.approx(np.eye(3))
+    # constant source: no scale to fit
+    flat = T.fit_linear_map(np.ones((10, 3)), rng.normal(size=(10, 3)), method="procrustes")
+    assert flat.scale_ == 1.0
+    # lstsq: the exact affine map, and the minimum-norm one when n <= d
+    B = rng.normal(size=(5, 2))
+    ls = T.fit_linear_map(X, X @ B + 4.0, method="lstsq")
+    assert ls.coef_ == pytest.approx(B) and ls.mean_dst_ == pytest.approx((X @ B + 4.0).mean(axis=0))
+    assert (ls.method, ls.alpha_, ls.n_fit_) == ("lstsq", None, 50)
+    wide = T.fit_linear_map(X[:3], (X @ B)[:3], method="lstsq")
+    Xc = X[:3] - X[:3].mean(axis=0)
+    assert wide.coef_ == pytest.approx(np.linalg.pinv(Xc) @ ((X @ B)[:3] - (X @ B)[:3].mean(axis=0)))
+    assert T.fit_linear_map(X[:2], Y[:2], method="lstsq").n_fit_ == 2  # two images are enough
+
+
+def test_held_out_r2_formula():
+    X, Y = _data(noise=1.0, seed=4)
+    m = T.fit_linear_map(X[:40], Y[:40], method="lstsq")
+    pred = m.predict(X[40:])
+    expected = 1 - ((Y[40:] - pred) ** 2).sum() / ((Y[40:] - Y[40:].mean(axis=0)) ** 2).sum()
+    assert T.held_out_r2(m, X[40:], Y[40:]) == pytest.approx(expected)
+    assert 0 < expected < 1
+
+
+def test_linear_map_messages():
+    X, Y = _data()
+    assert _message(T.fit_linear_map, X, Y, method="cca") == (
+        f"method must be one of {T.MAP_METHODS}, got 'cca'")
+    assert _message(T.fit_linear_map, X[:1], Y[:1]) == "X_src needs at least 2 rows and 1 column, got shape (1, 6)"
+    assert _message(T.fit_linear_map, X, Y[:10]) == (
+        "X_src and X_dst must hold the same images in the same order; they have 80 and 10 rows")
+    assert _message(T.fit_linear_map, X, Y, alphas=[1.0, 0.0]) == (
+        "alphas must be positive finite numbers, got [1.0, 0.0]")
+    assert _message(T.fit_linear_map, X, Y, alphas=[]) == "alphas must be positive finite numbers, got []"
+    assert _message(T.fit_linear_map, X, Y, alphas=[np.inf]) == "alphas must be positive finite numbers, got [inf]"
+    assert _message(T.fit_linear_map, X, Y, cv=1) == "cv must be an integer >= 2, got 1"
+    assert _message(T.fit_linear_map, X, Y, cv=True) == "cv must be an integer >= 2, got True"
+    assert _message(T.fit_linear_map, X, Y, cv=2.0) == "cv must be an integer >= 2, got 2.0"
+    assert T.fit_linear_map(X, Y, cv=2).alpha_ is not None
+    m = T.fit_linear_map(X, Y)
+    assert _message(T.held_out_r2, "map", X, Y) == "map must be a LinearMap from fit_linear_map"
+    assert _message(T.held_out_r2, m, X, Y[:, :3]) == "X_dst_test has 3 features but the map outputs 4"
+    assert _message(T.held_out_r2, m, X, Y[:5]) == (
+        "X_src_test and X_dst_test must hold the same images in the same order; they have 80 and 5 rows")
+    assert _message(T.held_out_r2, m, X, np.ones_like(Y)) == (
+        "X_dst_test is constant over the test images; R^2 is undefined")
+    assert _message(m.predict, X[:, :5]) == (
+        "X has 5 features but the map was fitted on 6; pass embeddings of the source model")
+
+
+# --------------------------------------------------------------------------- classifier transfer
+
+
+def _transfer_data(n=300, seed=5):
+    rng = np.random.default_rng(seed)
+    old = rng.normal(size=(n, 6))
+    new = old @ rng.normal(size=(6, 6))
+    labels = pd.DataFrame({"nodule": (old[:, 0] + rng.normal(0, 0.5, n) > 0).astype(int)})
+    return old, new, labels
+
+
+def test_classifier_transfer_index_messages():
+    old, new, labels = _transfer_data()
+    sets = {"map_idx": np.arange(100), "train_idx": np.arange(100, 200), "test_idx": np.arange(200, 300)}
+
+    def call(**changes):
+        return T.classifier_transfer(old, new, labels, **{"n_resamples": 20, **sets, **changes})
+
+    assert _message(call, map_idx=np.ones(5, bool)) == (
+        "map_idx as a boolean mask must have one entry per image (300), got shape (5,)")
+    assert _message(call, train_idx=np.arange(4.0)) == (
+        "train_idx must be a 1-D array of integer row indices, got float64 (4,)")
+    assert _message(call, test_idx=np.arange(4).reshape(2, 2)) == (
+        "test_idx must be a 1-D array of integer row indices, got int64 (2, 2)")
+    assert _message(call, test_idx=np.array([], dtype=int)) == "test_idx is empty"
+    assert _message(call, test_idx=[]) == "test_idx is empty"
+    assert _message(call, test_idx=[299, 300]) == "test_idx has indices outside 0..299"
+    assert _message(call, test_idx=[-1, 250]) == "test_idx has indices outside 0..299"
+    assert _message(call, test_idx=[250, 250]) == "test_idx repeats some images; pass each index once"
+    assert _message(call, test_idx=np.arange(190, 300)) == (
+        "train_idx and test_idx share 10 image(s) (e.g. rows [190, 191, 192, 193, 194]); "
+        "the map, training and test images must be disjoint")
+    assert _message(call, train_idx=np.arange(99, 200)) == (
+        "map_idx and train_idx share 1 image(s) (e.g. rows [99]); "
+        "the map, training and test images must be disjoint")
+    patients = np.arange(300) // 2
+    patients[250] = 0  # patient 0 also in the map images
+    assert _message(call, groups=patients) == (
+        "map_idx and test_idx share 1 patient(s) (e.g. [0]); split by patient so that no patient is in two parts")
+    assert _message(call, groups=patients[:10]) == "groups must have one patient id per image (300), got shape (10,)"
+    assert _message(call, n_resamples=0) == "n_resamples must be an integer >= 1, got 0"
+    mask = np.zeros(300, bool)
+    mask[:100] = True
+    by_mask = call(map_idx=mask)
+    pd.testing.assert_frame_equal(by_mask, call())
+    assert call().attrs == {"method": "ridge", "alpha": by_mask.attrs["alpha"], "n_map": 100}
