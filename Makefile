@@ -9,6 +9,8 @@ PRESET ?= default
 PYTEST_ARGS ?=
 # analysis modules that `make mutation` mutates (see [tool.mutmut] in pyproject.toml)
 MODULES ?= agreement stats metrics audit risk transfer protocol checklist
+# own: a mutant runs only its module's tests/test_<module>*.py; all: every fast test reaching it
+SCOPE ?= own
 
 # Nothing downloads at run time: the HF hub fails fast instead of retrying.
 export HF_HUB_OFFLINE := 1
@@ -45,7 +47,9 @@ bench: $(STAMP)
 
 # Mutation testing (mutmut): every mutant of MODULES runs the fast tests that reach its function;
 # tools/mutation_report.py then writes the kill rate per module and each survivor's diff to
-# mutants/report.md. RECHECK=1 runs only the mutants the last run left open (after new tests).
+# mutants/report.md. RECHECK=1 runs only the mutants the last run left open (after new tests);
+# SCOPE (see tests/conftest.py) chooses which tests a mutant runs.
+mutation: export CRS_MUTATION_SCOPE = $(SCOPE)
 mutation: $(STAMP)
 	@if [ -n "$(RECHECK)" ]; then \
 	    open=$$($(BIN)/python tools/mutation_report.py --open $(MODULES)) || exit $$?; \

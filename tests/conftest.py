@@ -35,3 +35,28 @@ def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
 
     record = build_book("quick", run_root=root / "runs", book_root=root)
     return root, record
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``make mutation``, run only the mutated module's own test files.
+
+    mutmut runs a mutant's tests in a fresh fork, so a test of another
+    module pays its whole fixture set-up (phantoms, audits: tens of seconds)
+    for every mutant of a widely used helper. With ``CRS_MUTATION_SCOPE=own``
+    (the default of ``make mutation``) a mutant of ``crslib.stats`` runs the
+    tests in ``tests/test_stats*.py`` that reach it: the kill rate then says
+    what a module's own tests catch. ``SCOPE=all`` keeps every fast test that
+    reaches the mutant. A normal test run is unchanged.
+    """
+    mutant = os.environ.get("MUTANT_UNDER_TEST", "")
+    if not mutant.startswith("crslib."):
+        return
+    own_prefix = f"test_{mutant.split('.')[1]}"
+    own = [item for item in items if Path(str(item.path)).name.startswith(own_prefix)]
+    others = [item for item in items if not Path(str(item.path)).name.startswith(own_prefix)]
+    if os.environ.get("CRS_MUTATION_SCOPE", "own") == "own":
+        if others:
+            config.hook.pytest_deselected(items=others)
+        items[:] = own
+    else:
+        items[:] = own + others  # with -x, the module's own tests usually kill it first
