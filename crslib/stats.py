@@ -189,7 +189,6 @@ class _Resampler:
     """Draws bootstrap row indices: rows, whole groups, within strata."""
 
     def __init__(self, n: int, groups: Any = None, strata: Any = None):
-        self.n = n
         gcodes = _codes(groups, n, "groups") if groups is not None else np.arange(n, dtype=np.int64)
         n_groups = int(gcodes.max()) + 1
         # rows sorted by group: group g owns order[start[g]:start[g]+count[g]]

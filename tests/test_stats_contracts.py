@@ -404,3 +404,53 @@ def test_bootstrap_defaults_and_invalid_resamples():
     assert isinstance(stats.bootstrap_ci(lambda x: 1, np.arange(5)).estimate, float)
     counts = stats.bootstrap_ci(lambda x: np.array([1, 2]), np.arange(5), n_resamples=3)
     assert counts.estimate.dtype == np.float64 and counts.estimate.tolist() == [1.0, 2.0]
+
+
+# --------------------------------------------------------------------------- resampling details
+
+
+def test_resampled_groups_keep_their_rows_in_order_and_defaults():
+    rng = np.random.default_rng(15)
+    groups = rng.permutation(np.repeat(np.arange(10), 20))  # 200 rows, groups interleaved
+    for idx in stats.resample_indices(200, n_resamples=5, groups=groups):
+        blocks = np.split(idx, np.flatnonzero(np.diff(groups[idx]) != 0) + 1)
+        for block in blocks:  # a drawn group: all its rows, ascending (a stable sort of the codes)
+            assert np.array_equal(np.sort(block), block) or len(block) % 20 == 0
+            for start in range(0, len(block), 20):
+                assert np.array_equal(block[start:start + 20], np.flatnonzero(groups == groups[block[0]]))
+    default = list(stats.resample_indices(10))
+    assert len(default) == 1000
+    assert all(np.array_equal(a, b) for a, b in zip(default[:5], stats.resample_indices(10, random_state=0)))
+    assert _message(list, stats.resample_indices(10, n_resamples=0)) == "n_resamples must be an integer >= 1, got 0"
+    assert _message(stats.permutation_test, np.subtract, np.ones(3), np.ones(3), n_permutations=0) == (
+        "n_permutations must be an integer >= 1, got 0")
+
+
+def test_interval_results_keep_their_settings_and_types():
+    x = np.random.default_rng(16).normal(size=40)
+    res = stats.bootstrap_ci(np.mean, x, n_resamples=50, confidence=0.9)
+    assert res.confidence == 0.9 and type(res.n_invalid) is int
+    vector = stats.bootstrap_ci(lambda v: np.array([v.mean(), v.std()]), x, n_resamples=50)
+    assert vector.low.shape == (2,) and vector.high.shape == (2,)
+    assert vector.low == pytest.approx(np.percentile(vector.samples, 2.5, axis=0))
+    assert vector.high == pytest.approx(np.percentile(vector.samples, 97.5, axis=0))
+    A = _sym(8, 7)
+    sampled = stats.mantel_test(A, A + _sym(8, 8), n_permutations=50, alternative="less", method="pearson")
+    assert sampled.exact is False and (sampled.method, sampled.alternative) == ("pearson", "less")
+    exact = stats.mantel_test(A, A + _sym(8, 8), n_permutations=40320)
+    assert exact.exact is True and exact.n_permutations == 40320
+    assert exact.p_value * 40320 == pytest.approx(round(exact.p_value * 40320))  # hits over all 8! relabellings
+
+
+def test_delong_missing_scores_from_lists():
+    y = [0, 1, 0, 1, 1, 0]
+    assert _message(stats.delong_test, y, [0.1, None, 0.3, 0.8, 0.7, 0.2], np.arange(6.0)) == (
+        "score_a has 1 NaN or infinite values; drop those cases")
+
+
+def test_grouped_partition_relative_shares_and_small_parts():
+    groups = np.arange(10)
+    parts = stats.grouped_partition(groups, (2, 1, 1))  # shares, not fractions
+    assert [len(p) for p in parts] == [5, 3, 2]  # bounds round(10 * [2, 3, 4] / 4) = [5, 8, 10]
+    assert [len(p) for p in stats.grouped_partition(groups, (0.5, 0.001, 0.499))] == [5, 1, 4]
+    assert [len(p) for p in stats.grouped_partition([7, 8, 9], (1, 1, 1))] == [1, 1, 1]

@@ -3,9 +3,11 @@
 Reads mutmut's result files under ``mutants/`` and writes ``mutants/report.md``:
 a table per module (killed, survived, timeouts, mutants no test reaches, kill
 rate) and, for each survivor, its diff. Survivors listed in
-``tools/mutation_equivalent.toml`` (mutant name -> why it cannot change a
-result) count as equivalent and leave the rate's denominator; names there that
-no longer match a surviving mutant are reported, so the list cannot go stale
+``tools/mutation_equivalent.toml`` (the mutated function, the mutated line as
+it reads after the change, and why it cannot change a result) count as
+equivalent and leave the rate's denominator. Entries are matched by that line,
+not by mutmut's mutant number, which shifts when the function changes; entries
+that match no surviving mutant are reported, so the list cannot go stale
 silently.
 
 The kill rate is ``(killed + timeout) / (total - not checked - equivalent)``:
@@ -51,11 +53,39 @@ def load_results(modules: list[str]) -> dict[str, dict[str, str]]:
     return results
 
 
-def load_equivalent() -> dict[str, str]:
-    """Mutant name -> reason it is equivalent (changes no observable result)."""
+def load_equivalent() -> list[dict[str, str]]:
+    """Entries ``{function, mutated, why}`` of mutants that change no observable result."""
     if not EQUIVALENT_FILE.exists():
-        return {}
-    return dict(tomllib.loads(EQUIVALENT_FILE.read_text())["equivalent"])
+        return []
+    return tomllib.loads(EQUIVALENT_FILE.read_text())["equivalent"]
+
+
+def mutated_lines(name: str, module: str) -> list[str]:
+    """The lines of a mutant's function as they read after the mutation, stripped."""
+    diff = get_diff_for_mutant(name, path=Path("crslib") / f"{module}.py")
+    return [line[1:].strip() for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++")]
+
+
+def match_equivalent(results: dict[str, dict[str, str]], entries: list[dict[str, str]]) -> tuple[dict, list]:
+    """Surviving mutant name -> reason, and the entries that matched nothing."""
+    matched, used = {}, set()
+    for module, statuses in results.items():
+        for name, status in statuses.items():
+            if status != "survived":
+                continue
+            function = name.rsplit("__mutmut_", 1)[0]
+            lines = None
+            for i, entry in enumerate(entries):
+                if entry["function"] != function:
+                    continue
+                lines = mutated_lines(name, module) if lines is None else lines
+                if entry["mutated"].strip() in lines:
+                    matched[name] = entry["why"]
+                    used.add(i)
+                    break
+    modules = set(results)
+    stale = [e for i, e in enumerate(entries) if i not in used and e["function"].split(".")[1] in modules]
+    return matched, stale
 
 
 def summarise(statuses: dict[str, str], equivalent: dict[str, str]) -> dict[str, float | int]:
@@ -70,7 +100,8 @@ def summarise(statuses: dict[str, str], equivalent: dict[str, str]) -> dict[str,
     }
 
 
-def render(results: dict[str, dict[str, str]], equivalent: dict[str, str]) -> tuple[str, dict[str, dict]]:
+def render(results: dict[str, dict[str, str]], entries: list[dict[str, str]]) -> tuple[str, dict[str, dict]]:
+    equivalent, stale = match_equivalent(results, entries)
     lines = ["# Mutation testing report", "",
              "| module | mutants | killed | timeout | survived | no test reaches | equivalent | not checked "
              "| kill rate |", "|---|---|---|---|---|---|---|---|---|"]
@@ -79,11 +110,12 @@ def render(results: dict[str, dict[str, str]], equivalent: dict[str, str]) -> tu
         s = summaries[module] = summarise(statuses, equivalent)
         lines.append(f"| {module} | {s['total']} | {s['killed']} | {s['timeout']} | {s['survived']} | "
                      f"{s['no_tests']} | {s['equivalent']} | {s['not_checked']} | {s['rate']:.1%} |")
-    seen = {name for statuses in results.values() for name in statuses}
-    stale = sorted(set(equivalent) - seen)
     if stale:
-        lines += ["", "Equivalent-list entries that match no mutant of this run (update "
-                  f"{EQUIVALENT_FILE}):", *[f"- `{name}`" for name in stale]]
+        lines += ["", f"Entries of {EQUIVALENT_FILE} that match no surviving mutant (update or remove them):",
+                  *[f"- `{e['function']}`: `{e['mutated']}`" for e in stale]]
+    if equivalent:
+        lines += ["", "## Equivalent survivors", ""]
+        lines += [f"- `{name}`: {why}" for name, why in equivalent.items()]
     for module, statuses in results.items():
         open_ = [n for n, st in statuses.items() if st in ("survived", "no tests") and n not in equivalent]
         if not open_:
@@ -107,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no mutation results under mutants/: run `make mutation` first", file=sys.stderr)
         return 2
     if args.open:
-        equivalent = load_equivalent()
+        equivalent, _ = match_equivalent(results, load_equivalent())
         print("\n".join(n for statuses in results.values() for n, st in statuses.items()
                         if st in ("survived", "no tests", "not checked") and n not in equivalent))
         return 0
