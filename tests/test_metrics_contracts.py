@@ -8,10 +8,12 @@ changed bound, default or message in ``crslib.metrics`` fails a test.
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from sklearn.metrics import average_precision_score, balanced_accuracy_score, f1_score
 
 from crslib import metrics as M
+from crslib.stats import resample_indices
 from crslib.errors import InputError
 
 
@@ -176,3 +178,134 @@ def test_threshold_transfer_defaults_and_gap():
         "p_eval must be probabilities in [0, 1]")
     assert _message(M.threshold_transfer, y_fit, [0.1, 0.4, 0.6, 9], y_eval, p_eval).startswith(
         "p_fit must be probabilities in [0, 1]")
+
+
+# --------------------------------------------------------------------------- calibration
+
+
+def _ece_loop(y, p, edges_idx, n_bins):
+    total = 0.0
+    for b in range(n_bins):
+        inside = edges_idx == b
+        if inside.any():
+            total += inside.sum() / len(y) * abs(p[inside].mean() - y[inside].mean())
+    return total
+
+
+def test_calibration_error_equals_a_plain_loop_and_bin_edges():
+    rng = np.random.default_rng(21)
+    y = rng.integers(0, 2, 300)
+    p = np.clip(0.5 * y + 0.5 * rng.random(300), 0, 1)
+    p[:3] = [0.0, 1.0, 0.5]
+    for n_bins in (1, 2, 7, 10):
+        uniform = np.minimum(np.floor(p * n_bins), n_bins - 1).astype(int)
+        assert M.calibration_error(y, p, n_bins=n_bins) == pytest.approx(_ece_loop(y, p, uniform, n_bins))
+    assert M.calibration_error(y, p) == M.calibration_error(y, p, n_bins=10, strategy="uniform")
+    # one class is fine for calibration, not for ranking
+    assert M.calibration_error([0, 0, 0], [0.1, 0.2, 0.3], n_bins=1) == pytest.approx(0.2)
+    assert M.brier_loss([1, 1], [0.5, 1.0]) == pytest.approx(0.125)
+    assert _message(M.calibration_error, y, p, n_bins=0) == "n_bins must be an integer >= 1, got 0"
+    assert _message(M.calibration_error, y, p, n_bins=True) == "n_bins must be an integer >= 1, got True"
+    assert _message(M.calibration_error, y, p, n_bins=2.0) == "n_bins must be an integer >= 1, got 2.0"
+    assert _message(M.calibration_error, y, p, strategy="kmeans") == (
+        f"unknown binning strategy 'kmeans'; choose from {', '.join(M.CALIBRATION_STRATEGIES)}")
+    # quantile bins: more bins than cases leave trailing bins empty, not an error
+    assert M.calibration_error([0, 1], [0.2, 0.9], n_bins=5, strategy="quantile") == pytest.approx(0.15)
+
+
+def test_reliability_curve_values_band_and_defaults():
+    rng = np.random.default_rng(22)
+    y = rng.integers(0, 2, 200)
+    p = np.clip(0.6 * y + 0.4 * rng.random(200), 0, 1)
+    curve = M.reliability_curve(y, p, n_bins=4)
+    bins = np.minimum(np.floor(p * 4), 3).astype(int)
+    present = sorted(set(bins.tolist()))
+    assert curve["bin"].tolist() == present
+    for row in curve.itertuples():
+        inside = bins == row.bin
+        assert row.count == inside.sum()
+        assert row.mean_prob == pytest.approx(p[inside].mean()) and row.frac_pos == pytest.approx(y[inside].mean())
+        assert (row.low_edge, row.high_edge) == pytest.approx((row.bin / 4, (row.bin + 1) / 4))
+        assert row.frac_pos_low <= row.frac_pos <= row.frac_pos_high
+    # the band is a percentile bootstrap of each bin's fraction, 200 resamples, seed 0 by default
+    expected = []
+    for rows in resample_indices(200, n_resamples=200):
+        c = np.bincount(bins[rows], minlength=4)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            expected.append(np.bincount(bins[rows], weights=y[rows], minlength=4) / c)
+    expected = np.array(expected)[:, present]
+    assert curve["frac_pos_low"].to_numpy() == pytest.approx(np.nanpercentile(expected, 2.5, axis=0))
+    assert curve["frac_pos_high"].to_numpy() == pytest.approx(np.nanpercentile(expected, 97.5, axis=0))
+    same = M.reliability_curve(y, p, n_bins=4, n_resamples=200, random_state=0, confidence=0.95, strategy="uniform")
+    pd.testing.assert_frame_equal(curve, same)
+    single = M.reliability_curve([1, 1, 1], [0.2, 0.6, 0.9], n_bins=2, n_resamples=10)
+    assert single["frac_pos"].tolist() == [1.0, 1.0]
+    assert _message(M.reliability_curve, y, p, n_resamples=0) == "n_resamples must be an integer >= 1, got 0"
+    # a last bin that is empty in the data: bincount must still cover every bin
+    low_only = M.reliability_curve([0, 1, 0], [0.05, 0.1, 0.2], n_bins=10, n_resamples=20)
+    assert low_only["bin"].tolist() == [0, 1, 2]
+
+
+def test_calibrators_known_maps_and_messages():
+    from scipy.special import expit, logit
+
+    z = np.linspace(-3, 3, 7)
+    p = expit(z)
+    platt = M.Calibrator("platt", {"a": 2.0, "b": -0.5})
+    assert platt.transform(p) == pytest.approx(expit(2.0 * z - 0.5))
+    temp = M.Calibrator("temperature", {"temperature": 2.0})
+    assert temp.transform(p) == pytest.approx(expit(z / 2.0))
+    assert M.Calibrator("platt", {"a": 1.0, "b": 0.0}).transform([0.0, 1.0]) == pytest.approx([1e-7, 1 - 1e-7])
+    # a Platt fit recovers a known slope and intercept
+    rng = np.random.default_rng(23)
+    zz = rng.normal(0, 1.5, 20000)
+    y = rng.random(20000) < expit(0.5 * zz + 0.8)
+    fitted = M.fit_calibrator(y, expit(zz), method="platt")
+    assert fitted.params["a"] == pytest.approx(0.5, abs=0.05) and fitted.params["b"] == pytest.approx(0.8, abs=0.05)
+    t = M.fit_calibrator(y, expit(logit(expit(zz)) * 1.0), method="temperature")
+    assert t.method == "temperature" and t.params["temperature"] > 0
+    assert _message(M.fit_calibrator, y, expit(zz), method="isotonic") == (
+        f"unknown calibration method 'isotonic'; choose from {', '.join(M.CALIBRATION_METHODS)}")
+
+
+def test_calibration_transfer_columns_and_defaults():
+    from scipy.special import expit
+
+    rng = np.random.default_rng(24)
+    z = rng.normal(0, 2, 1200)
+    y = rng.random(1200) < expit(z)
+    p = expit(3 * z)
+    table = M.calibration_transfer(y[:600], p[:600], y[600:], p[600:])
+    assert table["method"].tolist() == ["none", "temperature", "platt"]
+    assert set(table["fitted_on"]) == {"validation"}
+    ye, pe = y[600:], p[600:]
+    none = table.iloc[0]
+    assert none["ece_uniform_before"] == pytest.approx(M.calibration_error(ye, pe, n_bins=10))
+    assert none["ece_quantile_before"] == pytest.approx(M.calibration_error(ye, pe, n_bins=10, strategy="quantile"))
+    assert none["brier_before"] == pytest.approx(M.brier_loss(ye, pe))
+    assert none["ece_uniform_after"] == none["ece_uniform_before"] and none["params"] == {}
+    for row in table.iloc[1:].itertuples():
+        cal = M.fit_calibrator(y[:600], p[:600], method=row.method)
+        after = cal.transform(pe)
+        assert row.params == cal.params
+        assert row.ece_uniform_after == pytest.approx(M.calibration_error(ye, after, n_bins=10))
+        assert row.ece_quantile_after == pytest.approx(M.calibration_error(ye, after, n_bins=10, strategy="quantile"))
+        assert row.brier_after == pytest.approx(M.brier_loss(ye, after))
+    five = M.calibration_transfer(y[:600], p[:600], ye, pe, methods="platt", n_bins=5, fit_name="val split")
+    assert five["method"].tolist() == ["none", "platt"] and set(five["fitted_on"]) == {"val split"}
+    assert five.iloc[1]["ece_quantile_after"] == pytest.approx(
+        M.calibration_error(ye, M.fit_calibrator(y[:600], p[:600], method="platt").transform(pe), n_bins=5,
+                            strategy="quantile"))
+    # the evaluation split may hold one class; the fitting split may not
+    one_class = M.calibration_transfer(y[:600], p[:600], np.ones(10), np.full(10, 0.9), methods=["temperature"])
+    assert one_class.iloc[0]["brier_before"] == pytest.approx(0.01)
+    assert _message(M.calibration_transfer, np.ones(10), np.full(10, 0.9), ye, pe).startswith(
+        "y_true holds only the positive (1) class (10 cases)")
+    assert _message(M.calibration_transfer, y[:600], p[:600], ye, pe * 2).startswith(
+        "p_eval must be probabilities in [0, 1]")
+    assert _message(M.calibration_transfer, y[:600], p[:600] * 2, ye, pe).startswith(
+        "p_fit must be probabilities in [0, 1]")
+    assert list(table.columns) == ["method", "fitted_on", "ece_uniform_before", "ece_uniform_after",
+                                   "ece_quantile_before", "ece_quantile_after", "brier_before", "brier_after",
+                                   "params"]
+
