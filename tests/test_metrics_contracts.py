@@ -309,3 +309,25 @@ def test_calibration_transfer_columns_and_defaults():
                                    "ece_quantile_before", "ece_quantile_after", "brier_before", "brier_after",
                                    "params"]
 
+
+
+def test_edge_cases_of_labels_ranks_and_thresholds():
+    p = np.linspace(0.1, 0.9, 8)
+    # numeric text is still text: rejected, not read as numbers
+    assert _message(M.check_binary, np.array(["0", "1"] * 4), p).startswith(
+        "labels must be binary 0/1 (or bool), found values such as ['0', '1']")
+    # at most five example values in a message
+    assert "found values such as ['a', 'b', 'c', 'd', 'e']; map" in _message(M.check_binary, list("abcdefgh"), p)
+    assert "(e.g. [2, 3, 4, 5, 6]); map" in _message(M.check_binary, [0, 1, 2, 3, 4, 5, 6, 7], p)
+    # one positive case has an average precision
+    assert M.metric_score("auprc", [0, 0, 1, 0], [0.1, 0.2, 0.9, 0.3]) == 1.0
+    assert M.metric_score("auprc", [0, 1, 0, 0], [0.1, 0.2, 0.9, 0.3]) == pytest.approx(1 / 3)
+    # the lowest probability is a candidate threshold too
+    assert M.fit_threshold([1, 0, 0, 1], [0.1, 0.5, 0.6, 0.9], rule="sensitivity_0.9", min_sensitivity=1.0) == 0.1
+    # Youden weighs false positives by the share of negatives: one FP of four costs 0.25
+    y = [1, 1, 1, 1, 0, 0, 0, 0]
+    assert M.fit_threshold(y, [0.9, 0.7, 0.6, 0.5, 0.8, 0.3, 0.2, 0.1], rule="youden") == 0.5
+    # a column of probabilities straight into a calibrator
+    cal = M.Calibrator("temperature", {"temperature": 1.0})
+    assert _message(cal.transform, np.ones((2, 2)) / 2) == (
+        "y_prob must be a 1-D array with one value per case, got shape (2, 2)")
