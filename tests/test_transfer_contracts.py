@@ -180,3 +180,55 @@ def test_classifier_transfer_index_messages():
     by_mask = call(map_idx=mask)
     pd.testing.assert_frame_equal(by_mask, call())
     assert call().attrs == {"method": "ridge", "alpha": by_mask.attrs["alpha"], "n_map": 100}
+
+
+# --------------------------------------------------------------------------- transfer sweep
+
+
+def test_transfer_sweep_messages_and_limits():
+    old, new, labels = _transfer_data(n=40)
+    groups = np.arange(40) // 2
+
+    def sweep(**changes):
+        options = {"groups": groups, "n_values": (4,), "n_resamples": 10, **changes}
+        return T.transfer_sweep(options.pop("X_old", old), options.pop("X_new", new), labels, **options)
+
+    assert _message(sweep, X_new=new[:39]) == (
+        "X_old and X_new must hold the same images in the same order; they have 40 and 39 rows")
+    assert _message(sweep, groups=groups[:5]) == "groups must have one patient id per image (40), got shape (5,)"
+    for bad in [(0.5, 0.5), (0.5, 0.5, 0.0), (0.6, 0.5, -0.1), (0.5, 0.25, 0.2)]:
+        assert _message(sweep, fractions=bad) == (
+            f"fractions must be three positive shares (map, train, test) summing to 1, got {bad}")
+    for bad in (1, True, 2.5):
+        assert _message(sweep, n_values=(4, bad)) == f"n_values must hold integers >= 2, got {bad!r}"
+    assert sweep(n_values=(2,))["n_map"].tolist() == [2]
+    few = np.array([0, 0, 0, 0, 0, 0, 1, 1, 2, 3] * 4)
+    assert _message(sweep, groups=few, fractions=(0.9, 0.05, 0.05)) == (
+        "the probe test part has 0 image(s); need more patients (got 4) or different fractions")
+    missing = groups.astype(object)
+    missing[3] = None
+    assert _message(sweep, groups=missing) == "groups has missing patient ids; give every image a patient"
+
+
+def test_transfer_sweep_split_defaults_and_pool():
+    old, new, labels = _transfer_data(n=200)
+    groups = np.arange(200) // 2  # 100 patients of 2 images
+    table = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8, 32, 500), n_resamples=20)
+    # a patient's images sit in the part where the middle of its share of the shuffled images falls
+    assert table.attrs == {"dropped_n": [500], "n_pool": 100, "n_train": 50, "n_test": 50}
+    assert table["n_map"].tolist() == [8, 32, 100]
+    explicit = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8, 32, 500), n_resamples=20,
+                                fractions=(0.5, 0.25, 0.25), method="ridge", C=1.0, max_iter=2000,
+                                confidence=0.95, random_state=0)
+    pd.testing.assert_frame_equal(table, explicit)
+    defaults = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8,))
+    assert defaults.equals(T.transfer_sweep(old, new, labels, groups=groups, n_values=(8,), n_resamples=200))
+    other = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8,), n_resamples=20, random_state=1)
+    assert not other["auroc_transferred"].equals(table["auroc_transferred"].iloc[:1])
+    # the same split in a direct call: patients are shuffled, not taken in order
+    rng = np.random.default_rng(0)
+    pool, train, test = T._grouped_split(groups, np.array([0.5, 0.25, 0.25]), rng)
+    assert (pool.size, train.size, test.size) == (100, 50, 50)
+    assert not np.array_equal(np.unique(groups[pool]), np.arange(50))
+    assert not set(groups[pool]) & set(groups[train]) and not set(groups[train]) & set(groups[test])
+    assert sorted(np.concatenate([pool, train, test]).tolist()) == list(range(200))
