@@ -456,7 +456,7 @@ def classifier_transfer(
     mp, tr, te = sets["map_idx"], sets["train_idx"], sets["test_idx"]
     lin = fit_linear_map(B[mp], A[mp], method=method, random_state=random_state)
     mapped = lin.predict(B[te])
-    r2 = held_out_r2(lin, B[te], A[te]) if te.size > 1 else np.nan
+    r2 = held_out_r2(lin, B[te], A[te])  # mapped above: at least 2 test images
     probes, reasons = _fit_probes(A[tr], lab.iloc[tr].reset_index(drop=True), C, max_iter, random_state)
     out = _evaluate(
         probes,

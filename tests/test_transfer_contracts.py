@@ -232,3 +232,89 @@ def test_transfer_sweep_split_defaults_and_pool():
     assert not np.array_equal(np.unique(groups[pool]), np.arange(50))
     assert not set(groups[pool]) & set(groups[train]) and not set(groups[train]) & set(groups[test])
     assert sorted(np.concatenate([pool, train, test]).tolist()) == list(range(200))
+
+
+def _reference_transfer(old, new, labels, mp, tr, te, groups, n_resamples, C=1.0, seed=0):
+    """classifier_transfer written out: probes, map, AUROCs and a grouped bootstrap of the three."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from crslib import stats
+
+    lin = T.fit_linear_map(new[mp], old[mp], random_state=seed)
+    rows = {}
+    for col in labels.columns:
+        y_tr, y_te = labels[col].to_numpy()[tr], labels[col].to_numpy()[te]
+        fit, ev = ~np.isnan(y_tr), ~np.isnan(y_te)
+        if len(np.unique(y_tr[fit])) < 2:
+            continue
+        clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000, random_state=seed))
+        clf.fit(old[tr][fit], y_tr[fit].astype(int))
+        s_o = clf.decision_function(old[te][ev])
+        s_t = clf.decision_function(lin.predict(new[te][ev]))
+        y = y_te[ev].astype(int)
+
+        def three(yy, a, b):
+            ao, at = stats.auroc(yy, a), stats.auroc(yy, b)
+            return np.array([ao, at, at / ao])
+
+        res = stats.bootstrap_ci(three, y, s_o, s_t, n_resamples=n_resamples,
+                                 groups=None if groups is None else groups[te][ev], random_state=seed)
+        rows[col] = (int(fit.sum()), int(ev.sum()), int(y.sum()), res)
+    return rows, T.held_out_r2(lin, new[te], old[te])
+
+
+@pytest.mark.parametrize("grouped", [False, True])
+def test_classifier_transfer_equals_the_procedure_written_out(grouped):
+    rng = np.random.default_rng(31)
+    n = 240
+    old = rng.normal(size=(n, 6))
+    new = old @ rng.normal(size=(6, 6)) + 0.3 * rng.normal(size=(n, 6))
+    labels = pd.DataFrame({
+        "always": np.zeros(n),  # one class: skipped with a reason, the findings after it still run
+        "nodule": (old[:, 0] + rng.normal(0, 0.7, n) > 0).astype(float),
+        "edema": (old[:, 1] - old[:, 2] + rng.normal(0, 0.7, n) > 0).astype(float),
+    })
+    labels.loc[rng.choice(n, 30, replace=False), "edema"] = np.nan
+    groups = np.arange(n) // 3 if grouped else None
+    mp, tr, te = np.arange(0, 90), np.arange(90, 180), np.arange(180, 240)
+    out = T.classifier_transfer(old, new, labels, map_idx=mp, train_idx=tr, test_idx=te, groups=groups,
+                                n_resamples=60)
+    reference, r2 = _reference_transfer(old, new, labels, mp, tr, te, groups, 60)
+    assert out["finding"].tolist() == ["always", "nodule", "edema"]
+    skipped = out.iloc[0]
+    assert skipped["reason"] == "single class in the training split (0 positive of 90)"
+    assert skipped["n_test"] == 60 and np.isnan(skipped["n_train"]) and np.isnan(skipped["retention"])
+    for row in out.iloc[1:].itertuples():
+        n_train, n_test, n_pos, res = reference[row.finding]
+        assert (row.n_train, row.n_test, row.n_test_positive, row.reason) == (n_train, n_test, n_pos, "")
+        got = [row.auroc_original, row.auroc_transferred, row.retention]
+        assert got == pytest.approx(res.estimate.tolist())
+        assert [row.auroc_original_low, row.auroc_transferred_low, row.retention_low] == pytest.approx(res.low.tolist())
+        assert [row.auroc_original_high, row.auroc_transferred_high, row.retention_high] == pytest.approx(
+            res.high.tolist())
+        assert row.map_r2 == pytest.approx(r2)
+    assert out.loc[2, "n_test"] < 60  # unlabelled test images are left out of that finding
+
+
+def test_classifier_transfer_defaults_and_degenerate_cases(caplog):
+    old, new, labels = _transfer_data(n=120)
+    sets = {"map_idx": np.arange(40), "train_idx": np.arange(40, 80), "test_idx": np.arange(80, 120)}
+    default = T.classifier_transfer(old, new, labels, **sets)
+    explicit = T.classifier_transfer(old, new, labels, **sets, method="ridge", C=1.0, max_iter=2000,
+                                     n_resamples=1000, confidence=0.95, random_state=0)
+    pd.testing.assert_frame_equal(default, explicit)
+    other = T.classifier_transfer(old, new, labels, **sets, C=0.01, random_state=3, n_resamples=50)
+    assert other.loc[0, "auroc_transferred"] != default.loc[0, "auroc_transferred"]
+    lstsq = T.classifier_transfer(old, new, labels, **sets, method="lstsq", n_resamples=20)
+    assert lstsq.attrs["method"] == "lstsq" and lstsq.attrs["alpha"] is None
+    # a single class in the test split is a reason and a warning, not an error
+    negatives = np.flatnonzero(labels["nodule"].to_numpy()[80:] == 0)[:2] + 80
+    with caplog.at_level("WARNING", logger="crslib.transfer"):
+        one = T.classifier_transfer(old, new, labels, map_idx=np.arange(40), train_idx=np.arange(40, 80),
+                                    test_idx=negatives, n_resamples=20)
+    assert one.loc[0, "reason"] == "single class in the test split (0 positive of 2)"
+    assert np.isfinite(one.loc[0, "map_r2"]) and one.loc[0, "n_train"] == 40
+    assert "classifier_transfer: finding 'nodule' skipped: single class in the test split" in caplog.text
+    assert "classifier_transfer: no finding could be evaluated" in caplog.text
