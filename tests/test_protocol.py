@@ -235,3 +235,85 @@ def test_validation_to_test_fits_on_validation_and_reports_the_gap():
     assert (fitted["ece_uniform_after"] < fitted["ece_uniform_before"]).all()
     with pytest.raises(InputError, match="threshold' or 'calibration"):
         protocol.validation_to_test(preds, what="both")
+
+
+# --------------------------------------------------------------------------- known answers and messages
+
+
+def _message(fn, *args, **kwargs) -> str:
+    from crslib.errors import CRSError
+
+    with pytest.raises(CRSError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def _predictions(seed: int = 0, n: int = 120) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    frames = []
+    for backbone, policy in (("a", "frozen"), ("a", "finetuned"), ("b", "frozen")):
+        y = np.tile([0, 1], n // 2)
+        prob = np.clip(0.5 + 0.25 * (y - 0.5) + rng.normal(0, 0.2, n), 0, 1)
+        frames.append(pd.DataFrame({
+            "backbone": backbone, "policy": policy, "seed": 0, "image_id": range(n),
+            "patient_id": np.arange(n) // 2, "split": ["train"] * 40 + ["val"] * 40 + ["test"] * 40,
+            "y_true": y, "prob": prob}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def test_protocol_grid_cells_equal_a_direct_computation():
+    from crslib.metrics import fit_threshold, metric_score
+    from crslib.stats import resample_indices
+
+    preds = _predictions()
+    grid = protocol.protocol_grid(preds, rules=["youden", "prevalence"], metrics=["auroc", "sensitivity"],
+                                  n_resamples=40, confidence=0.9, random_state=2)
+    assert len(grid) == 3 * 2 * 2
+    for row in grid.itertuples():
+        model = preds[(preds["backbone"] == row.backbone) & (preds["policy"] == row.policy)]
+        val, test, train = (model[model["split"] == s] for s in ("val", "test", "train"))
+        t = fit_threshold(val["y_true"], val["prob"], rule=row.rule, prevalence=train["y_true"].mean())
+        assert row.threshold == t and row.n_test == 40
+        assert row.value == pytest.approx(metric_score(row.metric, test["y_true"], test["prob"], threshold=t))
+        assert row.fit_value == pytest.approx(metric_score(row.metric, val["y_true"], val["prob"], threshold=t))
+        y, p = test["y_true"].to_numpy(), test["prob"].to_numpy()
+        samples = [metric_score(row.metric, y[i], p[i], threshold=t)
+                   for i in resample_indices(40, n_resamples=40, groups=test["patient_id"].to_numpy(), random_state=2)]
+        assert (row.low, row.high) == pytest.approx(tuple(np.nanpercentile(samples, [5, 95])))
+    default = protocol.protocol_grid(preds, rules=["youden"], metrics=["f1"])
+    explicit = protocol.protocol_grid(preds, rules=["youden"], metrics=["f1"], fit_on="val", evaluate_on="test",
+                                      n_resamples=1000, confidence=0.95, random_state=0)
+    pd.testing.assert_frame_equal(default, explicit)
+
+
+def test_protocol_grid_and_summary_messages():
+    preds = _predictions()
+    assert _message(protocol.protocol_grid, preds.drop(columns="prob")) == (
+        f"predictions lack column(s) prob; need {', '.join(protocol.PREDICTION_COLUMNS)}")
+    assert _message(protocol.protocol_grid, preds.to_dict()) == (
+        f"predictions must be a DataFrame with columns {', '.join(protocol.PREDICTION_COLUMNS)}")
+    bad = preds.assign(policy="distilled")
+    assert _message(protocol.protocol_grid, bad) == (
+        f"unknown training policy ['distilled']; use {', '.join(protocol.POLICIES)}")
+    assert _message(protocol.protocol_grid, preds, rules=["otsu"]).startswith("unknown threshold rule(s) ['otsu']; use")
+    assert _message(protocol.protocol_grid, preds, metrics=["kappa"]).startswith("unknown metric(s) ['kappa']; use")
+    grid = protocol.protocol_grid(preds, rules=["youden"], metrics=["auroc"], n_resamples=20)
+    assert _message(protocol.effect_summary, grid.drop(columns="value")) == (
+        "grid lacks column(s) value; pass the output of protocol_grid")
+    assert _message(protocol.effect_summary, grid, factors=["dataset"]) == (
+        "unknown factor 'dataset'; use backbone, policy, seed, rule")
+    assert _message(protocol.headline_table, grid, rule="f1_max", metrics=["auroc"]) == (
+        "the grid has no cells for rule 'f1_max' and metrics ['auroc']")
+
+
+def test_effect_summary_known_answer():
+    grid = pd.DataFrame({
+        "backbone": ["a", "a", "b", "b", "c", "c"], "policy": ["frozen", "finetuned"] * 3, "seed": 0,
+        "rule": "youden", "metric": "auroc", "value": [0.80, 0.90, 0.70, 0.75, 0.60, np.nan]})
+    out = protocol.effect_summary(grid, factors=["policy", "backbone"]).set_index("factor")
+    assert out.loc["policy", "mean_abs_change"] == pytest.approx(0.075)  # |0.8-0.9| and |0.7-0.75|; c has one
+    assert out.loc["policy", "max_abs_change"] == pytest.approx(0.1) and out.loc["policy", "n_pairs"] == 2
+    # backbone within frozen: 0.8, 0.7, 0.6 -> pairs 0.1, 0.2, 0.1; within finetuned: 0.9, 0.75 -> 0.15
+    assert out.loc["backbone", "mean_abs_change"] == pytest.approx((0.1 + 0.2 + 0.1 + 0.15) / 4)
+    assert out.loc["backbone", "mean_range"] == pytest.approx((0.2 + 0.15) / 2)
+    assert out.loc["backbone", "n_levels"] == 3 and out.loc["policy", "metric"] == "auroc"
