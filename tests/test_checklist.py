@@ -383,3 +383,91 @@ def test_paper_values_match_the_quoted_numbers():
         if spec.paper_value is not None:
             assert f"{spec.paper_value:.3f}" in spec.paper_effect
             assert spec.paper_unit
+
+
+# --------------------------------------------------------------------------- exact problem texts
+
+
+@pytest.mark.parametrize(
+    "item_id, changes, problem",
+    [
+        ("split", {"provenance": 3}, "provenance must be a non-empty string, got 3"),
+        ("split", {"patients_disjoint": "yes"}, "patients_disjoint must be True or False, got 'yes'"),
+        ("split", {"patients_disjoint": np.bool_(False)}, "a patient appears in more than one split"),
+        ("split", {"partition_auc": [0.7]}, "partition_auc must be a mapping with estimate, low and high, got [0.7]"),
+        ("split", {"partition_auc": {"estimate": 0.7}}, "partition_auc lacks low, high; record estimate, low and high"),
+        ("split", {"partition_auc": {"estimate": 0.7, "low": 0.8, "high": 0.75}},
+         "partition_auc.low (0.8) is above partition_auc.high (0.75)"),
+        ("split", {"partition_auc": {"estimate": "high", "low": 0.6, "high": 0.8}},
+         "partition_auc.estimate must be a number, got 'high'"),
+        ("split", {"partition_auc": {"estimate": 1.5, "low": 0.6, "high": 0.8}},
+         "partition_auc.estimate must be between 0.0 and 1.0, got 1.5"),
+        ("split", {"partition_auc": {"estimate": 0.7, "low": -0.1, "high": 0.8}},
+         "partition_auc.low must be between 0.0 and 1.0, got -0.1"),
+        ("split", {"partition_auc": {"estimate": 0.7, "low": 0.6, "high": float("inf")}},
+         "partition_auc.high is infinite; record a finite value"),
+        ("split", {"partition_auc": {"estimate": 0.7, "low": NAN, "high": 0.8}},
+         "partition_auc.low is NaN; record a finite value"),
+        ("training_policy", {"policies_compared": ["frozen"]},
+         "policies_compared lacks 'finetuned'; compare frozen and finetuned"),
+        ("training_policy", {"policies_compared": ["linear probe"]},
+         "policies_compared lacks 'frozen' and 'finetuned'; compare frozen and finetuned"),
+        ("training_policy", {"policies_compared": "frozen"}, "policies_compared must be a list of strings, got 'frozen'"),
+        ("training_policy", {"policies_compared": []}, "policies_compared is empty; list at least one entry"),
+        ("training_policy", {"policies_compared": ["frozen", " "]},
+         "policies_compared must contain only non-empty strings, got ' '"),
+        ("threshold", {"fitted_on": "Test set"}, "threshold fitted on the test split"),
+        ("metrics", {"reported": ["AUROC", "sensitivity"]}, "reported metrics lack 'balanced_accuracy'"),
+        ("uncertainty", {"seeds": "0, 1"}, "seeds must be a list of seeds, got '0, 1'"),
+        ("uncertainty", {"seeds": [0]}, "only 1 distinct seed recorded; run at least 2 seeds"),
+        ("uncertainty", {"seeds": [0, NAN]}, "seeds[1] is NaN; record the seeds used"),
+        ("uncertainty", {"split_level": 0.03},
+         "split_level must be a mapping such as {'n_partitions': 5, 'spread': 0.03}, got 0.03"),
+        ("uncertainty", {"split_level": {}}, "split_level is empty; record the spread over several splits"),
+        ("uncertainty", {"split_level": {"spread": [0.1, NAN]}}, "split_level.spread[1] is NaN; record a finite value"),
+        ("uncertainty", {"confidence": 0.0}, "confidence must be between 0 and 1 exclusive (e.g. 0.95), got 0.0"),
+        ("uncertainty", {"confidence": "95%"}, "confidence must be a number, got '95%'"),
+        ("uncertainty", {"n_resamples": 2.0}, "n_resamples must be an integer > 0, got 2.0"),
+        ("calibration", {"ece_after": 1.2}, "ece_after must be between 0.0 and 1.0, got 1.2"),
+        ("calibration", {"ece_before": True}, "ece_before must be a number, got True"),
+        ("shortcut", {"features": ["format", 7]}, "features must contain only non-empty strings, got 7"),
+        ("calibration", {"method": "x" * 80},
+         None),  # a long but valid string is fine: no problem
+    ],
+)
+def test_problem_texts_are_exact(item_id, changes, problem):
+    entry = build_checklist(_with(item_id, **changes))[item_id]
+    if problem is None:
+        assert entry.status == "complete" and list(entry.problems) == []
+    else:
+        assert problem in list(entry.problems), entry.problems
+
+
+def test_long_values_are_cut_in_problem_texts():
+    entry = build_checklist(_with("split", provenance=["p" * 100]))["split"]
+    # repr cut to 57 characters and "...": "['" and 55 letters
+    assert list(entry.problems) == ["provenance must be a non-empty string, got ['" + "p" * 55 + "..."]
+
+
+@pytest.mark.parametrize(
+    "effect, problems",
+    [
+        ("big", ["effect must be a mapping with description, value, unit and source, got 'big'"]),
+        ({"value": 0.1, "unit": "AUROC", "source": "grid"}, ["effect.description not recorded"]),
+        ({"description": "d", "value": "x", "unit": "AUROC", "source": "grid"}, ["effect.value must be a number, got 'x'"]),
+        ({"description": "d", "value": 0.1, "unit": "", "source": "grid"}, ["effect.unit must be a non-empty string, got ''"]),
+        ({"description": "d", "value": 0.1, "unit": "u", "source": "grid", "paper": "n/a"},
+         ["effect.paper must be a number, got 'n/a'"]),
+        ({"description": "d", "value": 0.1, "unit": "u", "source": "grid", "low": 0.0},
+         ["effect has only one of low and high; record both or neither"]),
+        ({"description": "d", "value": 0.1, "unit": "u", "source": "grid", "high": 0.3},
+         ["effect has only one of low and high; record both or neither"]),
+        ({"description": "d", "value": 0.1, "unit": "u", "source": "grid", "low": 0.3, "high": 0.2},
+         ["effect.low (0.3) is above effect.high (0.2)"]),
+        ({"description": "d", "value": 0.1, "unit": "u", "source": "grid", "low": 0.2, "high": 0.2}, []),
+    ],
+)
+def test_effect_problem_texts_are_exact(effect, problems):
+    entry = build_checklist(_with("metrics", effect=effect))["metrics"]
+    assert list(entry.problems) == problems
+    assert entry.status == ("complete" if not problems else "missing")
