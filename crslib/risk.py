@@ -171,7 +171,7 @@ def _check_target(y: Any, n: int, task: str) -> tuple[np.ndarray, str, list[Any]
     except TypeError as exc:
         raise InputError(f"y mixes values that cannot be compared ({exc}); pass one type") from exc
     if unique.size < 2:
-        raise InputError(f"y is constant (every value is {unique[0]!r}): there is nothing to predict")
+        raise InputError(f"y is constant (every value is {unique.tolist()[0]!r}): there is nothing to predict")
     if task == "auto":
         task = "classification" if unique.size == 2 else "regression"
     if task == "classification":
@@ -290,7 +290,7 @@ def _partition(y: np.ndarray, g: np.ndarray, task: str, fractions: tuple[float, 
             raise DataError(f"the {name} partition is empty; at least {need} patients are needed")
         if np.unique(y[idx]).size < 2:
             raise DataError(
-                f"the {name} partition holds a constant target ({y[idx][0]!r}) with seed {random_state}; "
+                f"the {name} partition holds a constant target ({y[idx].tolist()[0]!r}) with seed {random_state}; "
                 "the metrics are undefined there: add patients or use other fractions"
             )
     return out  # type: ignore[return-value]

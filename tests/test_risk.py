@@ -374,3 +374,99 @@ def test_option_errors():
     tr, va, te = outer_partition(y, groups)
     with pytest.raises(InputError, match="both the train and the test partition"):
         evaluate_partition(emb, y, groups, partition=(tr, va, np.r_[te, tr[:1]]))
+
+
+# --------------------------------------------------------------------------- exact validation messages
+
+
+def _risk_message(fn, *args, **kwargs) -> str:
+    from crslib.errors import CRSError
+
+    with pytest.raises(CRSError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def test_embedding_checks_exact_messages():
+    from crslib import risk
+
+    X = np.ones((4, 2))
+    assert _risk_message(risk._check_embeddings, {}) == (
+        "embeddings must be a non-empty mapping of encoder name -> array of shape (n_images, n_features), "
+        "e.g. {'resnet50': X1, 'vit_b16': X2}; got dict with no encoders")
+    assert _risk_message(risk._check_embeddings, [X]).endswith("; got list")
+    assert _risk_message(risk._check_embeddings, {"": X}) == "encoder names must be non-empty strings, got ''"
+    assert _risk_message(risk._check_embeddings, {3: X}) == "encoder names must be non-empty strings, got 3"
+    assert _risk_message(risk._check_embeddings, {"union": X}) == (
+        "the encoder name 'union' is reserved for the feature union; rename that encoder")
+    assert _risk_message(risk._check_embeddings, {"a": [["x", "y"]]}).startswith(
+        "embeddings of 'a' are not numeric (could not convert")
+    for bad, shape in ((np.ones(4), "(4,)"), (np.ones((0, 2)), "(0, 2)"), (np.ones((4, 0)), "(4, 0)")):
+        assert _risk_message(risk._check_embeddings, {"a": bad}) == (
+            f"embeddings of 'a' must be a 2-D array (n_images, n_features), got shape {shape}")
+    broken = np.ones((8, 2))
+    broken[[1, 6], 1] = np.inf
+    broken[6, 0] = np.nan
+    assert _risk_message(risk._check_embeddings, {"a": broken}) == (
+        "embeddings of 'a' hold NaN or infinite values in 2 row(s) (first: [1, 6]); re-extract them or drop those "
+        "images from every encoder, y and groups")
+    assert _risk_message(risk._check_embeddings, {"a": X, "b": np.ones((3, 2))}) == (
+        "encoders have different numbers of rows (a: 4, b: 3); the embeddings must be row-aligned: one row per "
+        "image, in the same order for every encoder")
+    out, n = risk._check_embeddings({"a": [[1, 2], [3, 4]]})
+    assert n == 2 and out["a"].dtype == np.float64
+
+
+def test_target_checks_exact_messages_and_encoding():
+    from crslib import risk
+
+    assert _risk_message(risk._check_target, [0, 1], 2, "ranking") == (
+        "unknown task 'ranking'; choose 'auto', 'classification', 'regression'")
+    assert _risk_message(risk._check_target, np.ones((2, 2)), 2, "auto") == (
+        "y must be a 1-D array with one value per image, got shape (2, 2)")
+    assert _risk_message(risk._check_target, [0, 1, 1], 2, "auto") == (
+        "y has 3 values but the embeddings have 2 rows; pass one target per image")
+    assert _risk_message(risk._check_target, [0, None, 1, np.nan], 4, "auto") == (
+        "y has 2 missing value(s) (first at row 1); drop those images from y, groups and every encoder's embeddings")
+    assert _risk_message(risk._check_target, np.array([1, "a"], dtype=object), 2, "auto").startswith(
+        "y mixes values that cannot be compared (")
+    assert _risk_message(risk._check_target, ["b", "b"], 2, "auto") == (
+        "y is constant (every value is 'b'): there is nothing to predict")
+    assert _risk_message(risk._check_target, [0, 1, 2], 3, "classification") == (
+        "task='classification' needs a binary target, but y has 3 distinct values; binarise it (one class against "
+        "the rest) or use task='regression' for a continuous target")
+    assert _risk_message(risk._check_target, ["a", "b", "c"], 3, "regression").startswith(
+        "task='regression' needs a numeric target; y cannot be read as numbers (")
+    assert _risk_message(risk._check_target, [0.0, np.inf, 1.0], 3, "regression") == (
+        "y holds infinite values; a regression target must be finite")
+    y, task, classes = risk._check_target(["no", "yes", "no"], 3, "auto")
+    assert y.tolist() == [0, 1, 0] and task == "classification" and classes == ["no", "yes"]
+    y, task, classes = risk._check_target([1, 2, 3], 3, "auto")
+    assert y.dtype == np.float64 and task == "regression" and classes is None
+    y, task, _ = risk._check_target([2, 5], 2, "regression")
+    assert y.tolist() == [2.0, 5.0] and task == "regression"
+
+
+def test_option_checks_exact_messages():
+    from crslib import risk
+
+    assert risk._check_groups(None, 3).tolist() == [0, 1, 2]
+    assert _risk_message(risk._check_groups, [1, 2], 3) == "groups must hold one patient id per image (3), got shape (2,)"
+    assert _risk_message(risk._check_groups, [1, None, np.nan], 3) == (
+        "groups has 2 missing patient id(s); every image needs its patient id")
+    assert risk._check_groups(np.array([3, "3b", 3], dtype=object), 3).tolist() == ["3", "3b", "3"]
+    assert risk._check_heads("knn") == ("knn",) and risk._check_heads(["knn", "knn"]) == ("knn",)
+    assert _risk_message(risk._check_heads, []) == f"heads must be a non-empty subset of {', '.join(HEADS)}, got []"
+    assert _risk_message(risk._check_fractions, "abc") == (
+        "fractions must be three numbers (train, validation, test), got 'abc'")
+    for bad in [(0.5, 0.5), (0.6, 0.4, 0.0), (0.6, 0.2, float("inf"))]:
+        assert _risk_message(risk._check_fractions, bad) == (
+            f"fractions must be three positive numbers (train, validation, test), e.g. (0.6, 0.2, 0.2); got {bad!r}")
+    assert risk._check_fractions([3, 1, 1]) == (3.0, 1.0, 1.0)
+    for bad in (-1, True, 1.5, None):
+        assert _risk_message(risk._check_seed, bad) == f"random_state must be a non-negative integer, got {bad!r}"
+    assert risk._check_seed(np.int64(0)) == 0
+    for bad in (1, -1, True, 2.0):
+        assert _risk_message(risk._check_union_size, bad) == (
+            f"union_size must be 0 (no feature union) or an integer >= 2, got {bad!r}")
+    assert risk._check_union_size(0) == 0 and risk._check_union_size(np.int64(3)) == 3
