@@ -248,7 +248,7 @@ def _message(fn, *args, **kwargs) -> str:
     return str(info.value)
 
 
-def _predictions(seed: int = 0, n: int = 120) -> pd.DataFrame:
+def _three_models(seed: int = 0, n: int = 120) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     frames = []
     for backbone, policy in (("a", "frozen"), ("a", "finetuned"), ("b", "frozen")):
@@ -265,7 +265,7 @@ def test_protocol_grid_cells_equal_a_direct_computation():
     from crslib.metrics import fit_threshold, metric_score
     from crslib.stats import resample_indices
 
-    preds = _predictions()
+    preds = _three_models()
     grid = protocol.protocol_grid(preds, rules=["youden", "prevalence"], metrics=["auroc", "sensitivity"],
                                   n_resamples=40, confidence=0.9, random_state=2)
     assert len(grid) == 3 * 2 * 2
@@ -287,7 +287,7 @@ def test_protocol_grid_cells_equal_a_direct_computation():
 
 
 def test_protocol_grid_and_summary_messages():
-    preds = _predictions()
+    preds = _three_models()
     assert _message(protocol.protocol_grid, preds.drop(columns="prob")) == (
         f"predictions lack column(s) prob; need {', '.join(protocol.PREDICTION_COLUMNS)}")
     assert _message(protocol.protocol_grid, preds.to_dict()) == (
