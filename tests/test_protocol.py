@@ -306,7 +306,7 @@ def test_protocol_grid_and_summary_messages():
         "the grid has no cells for rule 'f1_max' and metrics ['auroc']")
 
 
-def test_effect_summary_known_answer():
+def test_effect_summary_drops_nan_cells_and_reports_levels():
     grid = pd.DataFrame({
         "backbone": ["a", "a", "b", "b", "c", "c"], "policy": ["frozen", "finetuned"] * 3, "seed": 0,
         "rule": "youden", "metric": "auroc", "value": [0.80, 0.90, 0.70, 0.75, 0.60, np.nan]})
