@@ -471,3 +471,101 @@ def test_effect_problem_texts_are_exact(effect, problems):
     entry = build_checklist(_with("metrics", effect=effect))["metrics"]
     assert list(entry.problems) == problems
     assert entry.status == ("complete" if not problems else "missing")
+
+
+@pytest.mark.parametrize(
+    "item_id, changes, problem",
+    [
+        ("metrics", {"reported": ["AUROC", "roc_auc", "AUC", "balanced_accuracy"]}, None),
+        ("metrics", {"reported": ["balanced-accuracy", "ROC AUC", "auc"]}, None),
+        ("metrics", {"reported": "balanced_accuracy"}, "reported must be a list of strings, got 'balanced_accuracy'"),
+        ("metrics", {"effect": _effect("", 0.8, "BA")}, "effect.description must be a non-empty string, got ''"),
+        ("metrics", {"effect": {"description": "d", "value": 0.8, "unit": "BA", "source": " "}},
+         "effect.source must be a non-empty string, got ' '"),
+        ("metrics", {"effect": _effect("d", 0.8, "BA", low="a", high=0.9)}, "effect.low must be a number, got 'a'"),
+        ("metrics", {"effect": _effect("d", 0.8, "BA", low=0.7, high="b")}, "effect.high must be a number, got 'b'"),
+    ],
+)
+def test_metric_names_and_effect_texts(item_id, changes, problem):
+    entry = build_checklist(_with(item_id, **changes))[item_id]
+    assert list(entry.problems) == ([] if problem is None else [problem])
+
+
+def test_auroc_alone_lacks_balanced_accuracy():
+    with pytest.raises(checklist._Bad) as info:
+        checklist._check_reported_metrics(["auroc", "AUC", "roc-auc"])
+    assert str(info.value) == "reported metrics lack 'balanced_accuracy'"
+
+
+def test_markdown_lines_are_exact():
+    ev = _full()
+    ev["notes"] = {"machine": "2 cores", "ratio": 0.12345}
+    md = build_checklist(ev, run_id="r1").to_markdown()
+    lines = md.splitlines()
+    assert lines[0] == "# Reporting checklist (run r1)"
+    assert lines[2] == ("7 of 7 items complete. Numbers marked *Paper* are the paper's (study 2), not this run's.")
+    assert "## 1. " + checklist.ITEMS[0].title in lines
+    assert "**Status:** ✅ complete" in lines
+    assert ("- **Measured in this run:** partition classifier, test split vs pool: 0.710 AUC (CI 0.680 to 0.740) "
+            "(paper: 0.697) — source: nb/02_protocol") in lines
+    assert ("- **Recorded:** provenance: Kermany official train/test folders; validation carved from train by "
+            "patient; patients_disjoint: True; partition_auc: 0.710 [0.680, 0.740]; partition_auc_normal: 0.880 "
+            "[0.850, 0.910]") in lines
+    assert ("- **Recorded:** confidence: 0.950; n_resamples: 2000; resampling: patient-grouped bootstrap; "
+            "seeds: 0, 1, 2; split_level: {n_partitions: 5, spread: 0.030}") in lines
+    assert lines[-3:] == ["## Other evidence", "", "- **notes:** {machine: 2 cores, ratio: 0.123}"]
+    walk = [line for line in lines if line.startswith("- **Crosswalk:**")]
+    assert len(walk) == 7 and " · " in walk[0]
+    missing = build_checklist(_with("threshold", fitted_on="test")).to_markdown()
+    assert "**Status:** ❌ missing: threshold fitted on the test split" in missing.splitlines()
+    assert "6 of 7 items complete." in missing and build_checklist({}).to_markdown().startswith(
+        "# Reporting checklist\n")
+
+
+def test_numbers_and_values_as_shown():
+    assert checklist._num(0.5) == "0.500" and checklist._num(1234.5) == "1.23e+03"
+    assert checklist._num(0.0004) == "0.0004" and checklist._num(0) == "0.000" and checklist._num(-0.5) == "-0.500"
+    assert checklist._num(1000) == "1e+03" and checklist._num(0.001) == "0.001"
+    assert checklist._num(NAN) == "NaN" and checklist._num(True) == "True" and checklist._num("a\n b") == "a b"
+    assert checklist._num(None) == "None"
+    assert checklist._show({"estimate": 0.5, "low": 0.25, "high": 0.75}) == "0.500 [0.250, 0.750]"
+    assert checklist._show({"a": [1, 2.5], "b": "x  y"}) == "{a: 1, 2.500, b: x y}"
+    assert checklist._show(3) == "3" and checklist._show(np.float64(0.25)) == "0.250" and checklist._show(True) == "True"
+    assert checklist._describe_effect(None) == "nothing recorded"
+    assert checklist._describe_effect({"value": 0.5}) == "0.500"
+    assert checklist._describe_effect({"value": 0.5, "low": 0.4}) == "0.500"
+    assert checklist._describe_effect({"description": "gap", "value": 0.5, "unit": "AUROC", "low": 0.4,
+                                       "high": 0.6, "paper": 0.044, "source": "nb 04"}) == (
+        "gap: 0.500 AUROC (CI 0.400 to 0.600) (paper: 0.044) — source: nb 04")
+    assert checklist._paper_line("Paper: 0.697 AUC") == "**Paper:** 0.697 AUC"
+    assert checklist._paper_line("0.697 AUC") == "**Paper:** 0.697 AUC"
+    assert checklist._paper_line("paper : x") == "**Paper:** x"
+    assert checklist._join_ids(("1a", "2b")) == "1a, 2b" and checklist._join_ids(("Item 1", "2")) == "Item 1; 2"
+
+
+def test_frame_dict_and_json_values():
+    cl = build_checklist(_with("calibration", effect=_effect("ECE", float("inf"), "ECE")), run_id="x")
+    frame = cl.to_frame()
+    assert list(frame.columns) == ["number", "item", "title", "status", "effect_value", "effect_unit",
+                                   "paper_value", "problems"]
+    row = frame.set_index("item").loc["split"]
+    assert (row["number"], row["status"], row["effect_value"], row["effect_unit"], row["problems"]) == (
+        1, "complete", 0.71, "AUC", "")
+    assert np.isnan(frame.set_index("item").loc["calibration", "effect_value"])  # infinite: not a value
+    assert frame["effect_value"].dtype == float and frame["paper_value"].dtype == float
+    assert frame.set_index("item").loc["split", "paper_value"] == cl["split"].paper_value
+    empty = build_checklist({}).to_frame()
+    assert empty["effect_unit"].isna().all() and empty["effect_value"].isna().all()
+    assert empty.loc[0, "problems"].startswith("not recorded in this run (needs ")
+    entry = cl["split"].to_dict()
+    assert list(entry) == ["number", "item_id", "title", "status", "problems", "fields", "effect", "paper_effect",
+                           "paper_value", "paper_unit", "what_to_report", "crosswalk"]
+    assert entry["number"] == 1 and entry["status"] == "complete" and entry["problems"] == []
+    assert entry["fields"]["partition_auc"] == {"estimate": 0.71, "low": 0.68, "high": 0.74}
+    assert entry["effect"]["paper"] == 0.697 and isinstance(entry["crosswalk"]["CLAIM 2024"], list)
+    text = cl.to_json()
+    assert json.loads(text)["items"][4]["effect"]["value"] is None  # infinity becomes null
+    assert "\n  " in text and "\n" not in cl.to_json(indent=None)
+    assert "✅" not in text
+    with pytest.raises(KeyError, match="no checklist item 'seed'; items are split, training_policy"):
+        cl["seed"]
