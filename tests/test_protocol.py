@@ -317,3 +317,116 @@ def test_effect_summary_drops_nan_cells_and_reports_levels():
     assert out.loc["backbone", "mean_abs_change"] == pytest.approx((0.1 + 0.2 + 0.1 + 0.15) / 4)
     assert out.loc["backbone", "mean_range"] == pytest.approx((0.2 + 0.15) / 2)
     assert out.loc["backbone", "n_levels"] == 3 and out.loc["policy", "metric"] == "auroc"
+
+
+def test_linear_probe_equals_its_cross_validation_written_out(monkeypatch):
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedGroupKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(41)
+    n = 160
+    y = np.tile([0, 1], n // 2)
+    X = rng.normal(size=(n, 6)) + 0.6 * y[:, None] * np.r_[1.0, 0.5, 0, 0, 0, 0]
+    X[:, 2] *= 50  # scales differ: the probe standardises
+    split = np.array(["train"] * 120 + ["test"] * 40)
+    groups = np.arange(n) // 4
+    seen = []
+
+    class Recording(StratifiedGroupKFold):
+        def split(self, X, y=None, groups=None):
+            seen.append((self.n_splits, np.asarray(groups).copy()))
+            return super().split(X, y, groups)
+
+    monkeypatch.setattr("sklearn.model_selection.StratifiedGroupKFold", Recording)
+    prob, C = protocol.linear_probe(X, y, split, groups=groups, Cs=(0.001, 0.1, 10.0))
+    assert all(k == 5 for k, _ in seen) and all(np.array_equal(g, groups[:120]) for _, g in seen)
+    tr = split == "train"
+    scores = []
+    for c in (0.001, 0.1, 10.0):
+        oof = np.zeros(120)
+        cv = StratifiedGroupKFold(n_splits=5, shuffle=True, random_state=0)
+        for fit, val in cv.split(X[tr], y[tr], groups[tr]):
+            model = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=5000))
+            oof[val] = model.fit(X[tr][fit], y[tr][fit]).predict_proba(X[tr][val])[:, 1]
+        scores.append(metrics.metric_score("auroc", y[tr], oof))
+    best = (0.001, 0.1, 10.0)[int(np.nanargmax(scores))]
+    assert C == best
+    model = make_pipeline(StandardScaler(), LogisticRegression(C=best, max_iter=5000)).fit(X[tr], y[tr])
+    assert prob == pytest.approx(model.predict_proba(X)[:, 1])
+    # defaults: rows as groups, Cs (0.01, 0.1, 1, 10), 5 folds, seed 0; a single C skips the search
+    seen.clear()
+    default_prob, default_C = protocol.linear_probe(X, y, split)
+    explicit_prob, explicit_C = protocol.linear_probe(X, y, split, groups=np.arange(n), Cs=(0.01, 0.1, 1.0, 10.0),
+                                                      n_splits=5, random_state=0)
+    assert default_C == explicit_C and np.array_equal(default_prob, explicit_prob)
+    assert np.array_equal(seen[0][1], np.arange(120)) and seen[0][0] == 5
+    seen.clear()
+    prob1, C1 = protocol.linear_probe(X, y, split, Cs=(0.5,))
+    assert C1 == 0.5 and seen == []
+    # fewer positives than folds: the folds shrink to the smallest class
+    few = y.copy()
+    few[:120][few[:120] == 1] = 0
+    few[[1, 3, 5]] = 1
+    seen.clear()
+    protocol.linear_probe(X, few, split, Cs=(0.1, 1.0))
+    assert seen[0][0] == 3
+
+
+def test_linear_probe_messages():
+    X, y = np.ones((4, 2)), np.array([0, 1, 0, 1])
+    split = ["train"] * 4
+    assert _message(protocol.linear_probe, X[:3], y, split) == (
+        "X must be (n_samples, n_features) with one row per split entry, got (3, 2) and 4")
+    assert _message(protocol.linear_probe, np.ones(4), y, split) == (
+        "X must be (n_samples, n_features) with one row per split entry, got (4,) and 4")
+    bad = X.copy()
+    bad[1, 1] = np.nan
+    assert _message(protocol.linear_probe, bad, y, split) == (
+        "X holds 1 NaN or infinite values; the embeddings are broken")
+    assert _message(protocol.linear_probe, X, [1, 1, 1, 1], split) == (
+        "y_true holds only the positive (1) class (4 cases); a split needs both classes to compute these metrics, "
+        "so use a larger or stratified split")
+
+
+def test_protocol_splits_provenance_and_boundaries():
+    n = 200
+    labels = np.tile([0, 1], n // 2)
+    groups = np.arange(n) // 2
+    split = np.array(["train"] * 100 + ["val"] * 50 + ["test"] * 50)
+    assignment, how = protocol.protocol_splits(split, groups, labels)  # 50 validation images: used as they are
+    assert (assignment == split).all()
+    assert how == ("official test split (50 images); official validation split (50 images); "
+                   "training pool (100 images)")
+    fewer = split.copy()
+    fewer[100] = "train"  # 49 validation images: too few, a validation part is carved from the pool
+    assignment, how = protocol.protocol_splits(fewer, groups, labels)
+    n_val = int((assignment == "val").sum())
+    assert how == (f"official test split (50 images); validation carved from the training pool by patient ({n_val} "
+                   f"images, 15% of the pool's patients, seed 0) because the official validation split has 49 "
+                   f"images; training rows: the rest of the pool ({int((assignment == 'train').sum())} images)")
+    # patients are never split, each class reaches the carved validation part, and the seed matters
+    assert not set(groups[assignment == "val"]) & set(groups[assignment == "train"])
+    assert set(labels[assignment == "val"]) == {0, 1}
+    other, _ = protocol.protocol_splits(fewer, groups, labels, random_state=1)
+    assert not np.array_equal(other, assignment)
+    big, how_big = protocol.protocol_splits(fewer, groups, labels, validation_fraction=0.5)
+    assert (big == "val").sum() > 2 * n_val and "50% of the pool's patients" in how_big
+    assert _message(protocol.protocol_splits, split, groups, labels, validation_fraction=0.0) == (
+        "validation_fraction must be in (0, 1), got 0.0")
+    assert _message(protocol.protocol_splits, split, groups, labels, validation_fraction=1.0) == (
+        "validation_fraction must be in (0, 1), got 1.0")
+    assert _message(protocol.protocol_splits, split[:10], groups, labels) == (
+        "split, groups and labels must have one entry per row, got 10, 200, 200")
+    assert _message(protocol.protocol_splits, np.where(split == "test", "train", split), groups, labels) == (
+        "no rows with split == 'test': the protocol evaluates on the official test split; add a split column "
+        "with train/val/test values (patients must not cross splits)")
+    one_class = labels.copy()
+    one_class[split == "test"] = 1
+    assert _message(protocol.protocol_splits, split, groups, one_class) == (
+        "the test partition holds a single class ([1]); the protocol needs both classes in train, validation "
+        "and test")
+    custom = np.where(split == "train", "pool", np.where(split == "val", "dev", "holdout"))
+    renamed, _ = protocol.protocol_splits(custom, groups, labels, train="pool", validation="dev", test="holdout")
+    assert (renamed == split).all()
