@@ -318,3 +318,23 @@ def test_classifier_transfer_defaults_and_degenerate_cases(caplog):
     assert np.isfinite(one.loc[0, "map_r2"]) and one.loc[0, "n_train"] == 40
     assert "classifier_transfer: finding 'nodule' skipped: single class in the test split" in caplog.text
     assert "classifier_transfer: no finding could be evaluated" in caplog.text
+
+
+def test_transfer_sweep_rows_equal_classifier_transfer_on_the_same_split():
+    old, new, labels = _transfer_data(n=160, seed=8)
+    groups = np.arange(160) // 2
+    sweep = T.transfer_sweep(old, new, labels, groups=groups, n_values=(10, 40), n_resamples=30, random_state=4)
+    assert list(sweep.columns[:3]) == ["n_map", "alpha", "finding"]
+    rng = np.random.default_rng(4)
+    pool, train, test = T._grouped_split(groups, np.array([0.5, 0.25, 0.25]), rng)
+    pool = pool[rng.permutation(pool.size)]
+    for nv in (10, 40):
+        direct = T.classifier_transfer(old, new, labels, map_idx=pool[:nv], train_idx=train, test_idx=test,
+                                       groups=groups, n_resamples=30, random_state=4)
+        rows = sweep[sweep["n_map"] == nv].drop(columns=["n_map", "alpha"]).reset_index(drop=True)
+        pd.testing.assert_frame_equal(rows, direct, check_like=False)
+        assert sweep.loc[sweep["n_map"] == nv, "alpha"].iloc[0] == direct.attrs["alpha"]
+    assert sweep.index.tolist() == list(range(len(sweep)))
+    assert _message(T.classifier_transfer, old, new[:5], labels, map_idx=[0, 1], train_idx=[2, 3],
+                    test_idx=[4, 5]) == (
+        "X_old and X_new must hold the same images in the same order; they have 160 and 5 rows")
