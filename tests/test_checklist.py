@@ -569,3 +569,99 @@ def test_frame_dict_and_json_values():
     assert "✅" not in text
     with pytest.raises(KeyError, match="no checklist item 'seed'; items are split, training_policy"):
         cl["seed"]
+
+
+# --------------------------------------------------------------------------- boundaries and texts, exactly
+
+
+@pytest.mark.parametrize(
+    "item_id, changes",
+    [
+        ("calibration", {"ece_after": 0.0, "ece_before": 1.0}),  # both ends of [0, 1] are allowed
+        ("split", {"partition_auc": {"estimate": 0.7, "low": 0.7, "high": 0.7}}),  # a zero-width interval
+        ("uncertainty", {"n_resamples": 1, "seeds": [0, 1]}),
+        ("uncertainty", {"seeds": [object(), object()]}),  # seeds that are not JSON still count
+    ],
+)
+def test_edge_values_are_complete(item_id, changes):
+    entry = build_checklist(_with(item_id, **changes))[item_id]
+    assert entry.status == "complete", entry.problems
+
+
+@pytest.mark.parametrize(
+    "item_id, changes, problems",
+    [
+        ("training_policy", {"policies_compared": {"frozen": 1}},
+         ["policies_compared must be a list of strings, got {'frozen': 1}"]),
+        ("uncertainty", {"seeds": {"a": 0, "b": 1}}, ["seeds must be a list of seeds, got {'a': 0, 'b': 1}"]),
+        ("threshold", {"fitted_on": ""}, ["fitted_on must be a non-empty string, got ''"]),
+        ("calibration", {"method": None, "ece_before": NAN, "ece_after": 2.0},
+         ["method not recorded", "ece_before is NaN; record a finite value", "ece_after must be between 0.0 and 1.0, got 2.0"]),
+        ("split", {"provenance": "x" * 58}, []),
+        ("split", {"provenance": ["a" * 56]}, ["provenance must be a non-empty string, got ['" + "a" * 56 + "']"]),
+        ("split", {"provenance": ["a" * 57]}, ["provenance must be a non-empty string, got ['" + "a" * 55 + "..."]),
+    ],
+)
+def test_all_problems_of_an_item_in_order(item_id, changes, problems):
+    assert list(build_checklist(_with(item_id, **changes))[item_id].problems) == problems
+
+
+def test_texts_of_missing_items_badges_and_frames():
+    empty = build_checklist({})
+    spec = checklist.ITEMS[0]
+    assert list(empty["split"].problems) == [f"not recorded in this run (needs {', '.join(spec.required)})"]
+    assert empty["split"].what_to_report == spec.what_to_report and empty["split"].paper_unit == spec.paper_unit
+    full = build_checklist(_full())
+    assert full["split"].what_to_report == spec.what_to_report and full["split"].paper_unit == spec.paper_unit
+    two = build_checklist(_with("calibration", method=None, ece_after=2.0))
+    assert two.to_frame().set_index("item").loc["calibration", "problems"] == (
+        "method not recorded; ece_after must be between 0.0 and 1.0, got 2.0")
+    lines = two.to_markdown().splitlines()
+    assert "**Status:** ❌ missing: method not recorded; ece_after must be between 0.0 and 1.0, got 2.0" in lines
+    assert lines[1] == "" and lines[3] == ""
+    for i, line in enumerate(lines):
+        if line.startswith("## "):
+            assert lines[i - 1] == "" and lines[i + 1] == ""
+        if line.startswith("**Status:**"):
+            assert lines[i - 1] == "" and lines[i + 1] == ""
+    walk = next(line for line in lines if line.startswith("- **Crosswalk:**"))
+    ids = full["split"].crosswalk
+    assert walk == "- **Crosswalk:** " + " · ".join(f"{g}: {checklist._join_ids(v)}" for g, v in ids.items())
+    with_extra = build_checklist({**_full(), "notes": {"a": 1}}).to_markdown().splitlines()
+    assert with_extra[-4:] == ["", "## Other evidence", "", "- **notes:** {a: 1}"]
+    frame = crosswalk_frame()
+    assert frame.index.name == "item" and frame.columns.name == "guideline"
+
+
+def test_paper_lines_json_text_and_effect_copy():
+    assert checklist._paper_line("Paper: 0.697 AUC: pool vs test") == "**Paper:** 0.697 AUC: pool vs test"
+    assert checklist._paper_line("AUC: 0.697") == "**Paper:** AUC: 0.697"
+    assert "é" in build_checklist({}, run_id="é").to_json()
+    ev = _full()
+    cl = build_checklist(ev)
+    ev["split"]["effect"]["value"] = 0.0  # changing the evidence afterwards does not change the checklist
+    assert cl["split"].effect["value"] == 0.71
+
+
+def test_evidence_type_messages_and_extra_ids(caplog):
+    ids = ", ".join(ITEM_IDS)
+    with pytest.raises(InputError) as info:
+        build_checklist([("split", {})])
+    assert str(info.value) == (
+        f"evidence must be a mapping of item id to recorded fields, got list; pass a dict such as "
+        f"{{'split': {{...}}}} with ids from {ids}")
+    with pytest.raises(InputError) as info:
+        build_checklist({}, run_id=7)
+    assert str(info.value) == "run_id must be a string or None, got int"
+    with pytest.raises(InputError) as info:
+        build_checklist({3: {}})
+    assert str(info.value) == f"evidence keys must be item ids (strings), got 3; ids are {ids}"
+    with pytest.raises(InputError) as info:
+        build_checklist({"split": [1]})
+    assert str(info.value) == (
+        "evidence['split'] must be a mapping of field name to value, got list; record the item as a dict with "
+        f"fields {', '.join(checklist.ITEMS[0].required)}")
+    with caplog.at_level(logging.WARNING, logger="crslib.checklist"):
+        build_checklist({"zeta": {}, "alpha": {}})
+    assert f"evidence has ids that are not checklist items, kept under 'extra': alpha, zeta (items are {ids})" \
+        in caplog.text
