@@ -430,3 +430,70 @@ def test_protocol_splits_provenance_and_boundaries():
     custom = np.where(split == "train", "pool", np.where(split == "val", "dev", "holdout"))
     renamed, _ = protocol.protocol_splits(custom, groups, labels, train="pool", validation="dev", test="holdout")
     assert (renamed == split).all()
+
+
+def test_headline_table_means_over_seeds():
+    rows = []
+    for backbone, policy, seed, auroc, f1 in [("b", "frozen", 0, 0.80, 0.6), ("b", "frozen", 1, 0.90, 0.7),
+                                              ("a", "finetuned", 0, 0.70, 0.5), ("a", "finetuned", 1, 0.72, 0.55)]:
+        for metric, value in (("auroc", auroc), ("f1", f1)):
+            rows.append({"backbone": backbone, "policy": policy, "seed": seed, "rule": "youden", "metric": metric,
+                         "value": value, "low": value - 0.1, "high": value + 0.05})
+            rows.append({"backbone": backbone, "policy": policy, "seed": seed, "rule": "f1_max", "metric": metric,
+                         "value": 0.0, "low": 0.0, "high": 0.0})
+    table = protocol.headline_table(pd.DataFrame(rows), metrics=["f1", "auroc", "sensitivity"])
+    assert table.index.names == ["backbone", "policy"]
+    assert table.index.tolist() == [("a", "finetuned"), ("b", "frozen")]
+    assert list(table.columns) == ["f1", "f1_low", "f1_high", "auroc", "auroc_low", "auroc_high"]
+    assert table.loc[("b", "frozen")].tolist() == pytest.approx([0.65, 0.55, 0.70, 0.85, 0.75, 0.90])
+    assert table.loc[("a", "finetuned"), "auroc"] == pytest.approx(0.71)
+    assert protocol.headline_table(pd.DataFrame(rows), rule="f1_max", metrics=["auroc"])["auroc"].tolist() == [0, 0]
+
+
+def test_effect_summary_defaults_and_paper_columns():
+    grid = pd.DataFrame({
+        "backbone": "a", "policy": "frozen", "seed": 0, "rule": ["youden", "f1_max", "youden", "f1_max"],
+        "metric": ["balanced_accuracy", "balanced_accuracy", "auroc", "auroc"], "value": [0.70, 0.80, 0.9, 0.9]})
+    out = protocol.effect_summary(grid).set_index("factor")
+    assert out.index.tolist() == ["backbone", "policy", "rule", "seed"]
+    assert out.loc["rule", "metric"] == "balanced_accuracy" and out.loc["rule", "mean_abs_change"] == pytest.approx(0.1)
+    assert out.loc["backbone", "metric"] == "auroc" and np.isnan(out.loc["backbone", "mean_abs_change"])
+    assert np.isnan(out.loc["backbone", "mean_range"]) and out.loc["backbone", "n_pairs"] == 0
+    assert out.loc["rule", "paper_value"] == protocol.PAPER_EFFECTS["rule"]["value"]
+    assert out.loc["rule", "paper_text"] == protocol.PAPER_EFFECTS["rule"]["text"]
+    assert out.loc["seed", "paper_text"] == "not reported as a single number" and out.loc["seed", "paper_value"] is None
+    custom = protocol.effect_summary(grid, factors=["rule"], headline={"rule": "auroc"}).iloc[0]
+    assert custom["metric"] == "auroc" and custom["mean_abs_change"] == 0.0 and custom["paper_value"] is None
+    assert protocol.effect_summary(grid, factors=["rule"], headline={}).iloc[0]["metric"] == "auroc"
+    missing = _message(protocol.effect_summary, grid.drop(columns=["seed", "value"]))
+    assert missing == "grid lacks column(s) seed, value; pass the output of protocol_grid"
+
+
+def test_validation_to_test_per_model_and_repeated_partition_defaults():
+    preds = _three_models()
+    table = protocol.validation_to_test(preds)
+    assert table[["backbone", "policy"]].drop_duplicates().values.tolist() == [
+        ["a", "finetuned"], ["a", "frozen"], ["b", "frozen"]]
+    assert table.index.tolist() == list(range(len(table))) and (table["seed"] == 0).all()
+    assert set(table["rule"]) == set(metrics.THRESHOLD_RULES)
+    cal = protocol.validation_to_test(preds, what="calibration")
+    assert "params" not in cal.columns and set(cal["method"]) == {"none", "temperature", "platt"}
+    assert _message(protocol.validation_to_test, preds, what="both") == (
+        "what must be 'threshold' or 'calibration', got 'both'")
+    rng = np.random.default_rng(5)
+    y = np.tile([0, 1], 100)
+    X = rng.normal(size=(200, 3)) + y[:, None]
+    groups = np.arange(200) // 2
+    parts = protocol.repeated_partitions(X, y, groups)
+    assert parts["partition"].tolist() == [0, 1, 2, 3, 4] and (parts["n_test"] == 40).all()
+    again = protocol.repeated_partitions(X, y, groups, n_partitions=5, test_fraction=0.2, rule="youden",
+                                         validation_fraction=0.15, random_state=0)
+    pd.testing.assert_frame_equal(parts, again)
+    shifted = protocol.repeated_partitions(X, y, groups, n_partitions=2, random_state=1)
+    pd.testing.assert_frame_equal(shifted, parts.iloc[1:3].reset_index(drop=True).assign(partition=[0, 1]))
+    assert protocol.repeated_partitions(X, y, groups, n_partitions=2).shape == (2, 4)
+    wide = protocol.repeated_partitions(X, y, groups, n_partitions=2, test_fraction=0.4, validation_fraction=0.3)
+    assert (wide["n_test"] == 80).all()
+    for bad in (1, True):
+        assert _message(protocol.repeated_partitions, X, y, groups, n_partitions=bad) == (
+            f"n_partitions must be at least 2, got {bad!r}")
