@@ -461,7 +461,7 @@ def test_effect_summary_defaults_and_paper_columns():
     assert np.isnan(out.loc["backbone", "mean_range"]) and out.loc["backbone", "n_pairs"] == 0
     assert out.loc["rule", "paper_value"] == protocol.PAPER_EFFECTS["rule"]["value"]
     assert out.loc["rule", "paper_text"] == protocol.PAPER_EFFECTS["rule"]["text"]
-    assert out.loc["seed", "paper_text"] == "not reported as a single number" and out.loc["seed", "paper_value"] is None
+    assert out.loc["seed", "paper_text"] == "not reported as a single number" and pd.isna(out.loc["seed", "paper_value"])
     custom = protocol.effect_summary(grid, factors=["rule"], headline={"rule": "auroc"}).iloc[0]
     assert custom["metric"] == "auroc" and custom["mean_abs_change"] == 0.0 and custom["paper_value"] is None
     assert protocol.effect_summary(grid, factors=["rule"], headline={}).iloc[0]["metric"] == "auroc"
