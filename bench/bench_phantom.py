@@ -20,7 +20,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from crslib.phantom import generate_phantom  # noqa: E402
+from crslib.data.phantom import generate_phantom  # noqa: E402
 from _results import record, row  # noqa: E402
 
 TARGET_S = 30.0
@@ -45,7 +45,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench_phantom_") as tmp:
         tmp = Path(tmp)
         start = time.perf_counter()
-        manifest = generate_phantom(tmp / "phantom", n_patients=N_PATIENTS, image_size=IMAGE_SIZE, seed=SEED)
+        manifest = generate_phantom(tmp / "phantom", n_patients=N_PATIENTS, image_size=IMAGE_SIZE, random_state=SEED)
         seconds = time.perf_counter() - start
         n = len(manifest)
         (tmp / "ref").mkdir()

@@ -16,6 +16,7 @@ import pytest
 from PIL import Image
 
 from crslib import data as D
+from crslib.data import loaders, properties
 from crslib.errors import DataError, ImageReadError, InputError
 
 pydicom = pytest.importorskip("pydicom")
@@ -625,8 +626,8 @@ def test_load_data_dispatch(tmp_path):
 
 
 def test_phantom_spec_parsing():
-    assert D._parse_phantom("phantom") == D.PHANTOM_DEFAULTS
-    params = D._parse_phantom("phantom?patients=200&size=64&seed=3&shortcut=0.8&shift=0.5&kermany=1")
+    assert loaders._parse_phantom("phantom") == D.PHANTOM_DEFAULTS
+    params = loaders._parse_phantom("phantom?patients=200&size=64&seed=3&shortcut=0.8&shift=0.5&kermany=1")
     assert params == {"patients": 200, "size": 64, "seed": 3, "shortcut": 0.8, "shift": 0.5, "kermany": True}
     with pytest.raises(DataError, match=r"unknown key 'colour'.*valid keys: patients, size, seed"):
         D.load_data("phantom?colour=red")
@@ -636,7 +637,7 @@ def test_phantom_spec_parsing():
         D.load_data("phantom?seed=1&seed=2")
 
 
-@pytest.mark.skipif(importlib.util.find_spec("crslib.phantom") is None, reason="crslib.phantom not written yet")
+@pytest.mark.skipif(importlib.util.find_spec("crslib.data.phantom") is None, reason="crslib.data.phantom not written yet")
 def test_load_data_phantom_generates_once(tmp_path):
     m = D.load_data("phantom?patients=20&size=32")
     D.check_files(m)
@@ -674,10 +675,10 @@ def test_summarize_manifest_and_select_examples():
     assert s.loc["test", "label=1"] == 2 and s.loc["train", "label=0"] == 2
     assert s.loc["all", "finding_edema"] == pytest.approx(0.5)
 
-    ex = D.select_examples(m, by="view", n_per_group=2, seed=1)
+    ex = D.select_examples(m, by="view", n_per_group=2, random_state=1)
     assert ex["group"].tolist() == ["AP", "AP", "PA", "PA"]
     assert (ex["view"] == ex["group"]).all()
-    pd.testing.assert_frame_equal(ex, D.select_examples(m, by="view", n_per_group=2, seed=1))
+    pd.testing.assert_frame_equal(ex, D.select_examples(m, by="view", n_per_group=2, random_state=1))
     pos = D.select_examples(m, by=["finding_edema", "finding_nodule"], n_per_group=5)
     assert pos.groupby("group").size().to_dict() == {"finding_edema": 3, "finding_nodule": 1}
     assert (pos.loc[pos["group"] == "finding_nodule", "image_id"] == "f").all()
@@ -690,9 +691,9 @@ def test_summarize_manifest_and_select_examples():
 
 @pytest.mark.parametrize("kermany", [False, True])
 def test_file_properties_recover_the_phantom_encodings(tmp_path, kermany):
-    from crslib.phantom import generate_phantom
+    from crslib.data.phantom import generate_phantom
 
-    m = generate_phantom(tmp_path, n_patients=60, image_size=32, seed=2, shortcut_strength=0.5,
+    m = generate_phantom(tmp_path, n_patients=60, image_size=32, random_state=2, shortcut_strength=0.5,
                          kermany_layout=kermany)
     m.index = m.index + 100  # the result keeps the manifest's index
     props = D.file_properties(m)
@@ -797,8 +798,8 @@ def test_jpeg_quality_estimate_is_exact_for_libjpeg_tables():
         buffer = io.BytesIO()
         Image.fromarray(gray).save(buffer, format="JPEG", quality=quality)
         buffer.seek(0)
-        assert D._jpeg_quality(Image.open(buffer).quantization[0]) == quality
-    assert np.isnan(D._jpeg_quality([1, 2, 3]))
+        assert properties._jpeg_quality(Image.open(buffer).quantization[0]) == quality
+    assert np.isnan(properties._jpeg_quality([1, 2, 3]))
 
 
 def test_file_properties_unreadable_files(tmp_path):
@@ -835,7 +836,7 @@ def test_file_properties_reads_headers_only(tmp_path):
     # and a JPEG whose pixel data is cut off still gives its header properties
     from unittest import mock
 
-    from crslib.phantom import encode_image, site_signatures
+    from crslib.data.phantom import encode_image, site_signatures
 
     rng = np.random.default_rng(0)
     paths = []

@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from crslib.errors import DataError
-from crslib.phantom import (
+from crslib.data.phantom import (
     FINDINGS,
     MANIFEST_COLUMNS,
     encode_image,
@@ -85,21 +85,21 @@ def _auc(score: np.ndarray, y: np.ndarray) -> float:
 @pytest.fixture(scope="module")
 def standard(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     root = tmp_path_factory.mktemp("phantom_std")
-    generate_phantom(root, n_patients=240, image_size=64, seed=0)
+    generate_phantom(root, n_patients=240, image_size=64, random_state=0)
     return root, _load(root)
 
 
 @pytest.fixture(scope="module")
 def knobs(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     root = tmp_path_factory.mktemp("phantom_knobs")
-    generate_phantom(root, n_patients=240, image_size=64, seed=0, shortcut_strength=1.0, split_shift=1.0)
+    generate_phantom(root, n_patients=240, image_size=64, random_state=0, shortcut_strength=1.0, split_shift=1.0)
     return root, _load(root)
 
 
 @pytest.fixture(scope="module")
 def kermany(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
     root = tmp_path_factory.mktemp("phantom_kermany")
-    generate_phantom(root, n_patients=200, image_size=64, seed=3, kermany_layout=True, shortcut_strength=1.0)
+    generate_phantom(root, n_patients=200, image_size=64, random_state=3, kermany_layout=True, shortcut_strength=1.0)
     return root, _load(root)
 
 
@@ -108,9 +108,9 @@ def kermany(tmp_path_factory) -> tuple[Path, pd.DataFrame]:
 
 def test_same_seed_gives_byte_identical_files_and_other_seed_differs(tmp_path):
     kwargs = dict(n_patients=25, image_size=48, shortcut_strength=0.5, split_shift=0.5)
-    generate_phantom(tmp_path / "a", seed=7, **kwargs)
-    generate_phantom(tmp_path / "b", seed=7, **kwargs)
-    generate_phantom(tmp_path / "c", seed=8, **kwargs)
+    generate_phantom(tmp_path / "a", random_state=7, **kwargs)
+    generate_phantom(tmp_path / "b", random_state=7, **kwargs)
+    generate_phantom(tmp_path / "c", random_state=8, **kwargs)
     a, b, c = (_hashes(tmp_path / name) for name in "abc")
     assert "manifest.csv" in a and "latents.csv" in a
     assert len(a) > 25
@@ -122,8 +122,8 @@ def test_same_seed_gives_byte_identical_files_and_other_seed_differs(tmp_path):
 
 def test_determinism_does_not_depend_on_hash_seed(tmp_path):
     code = (
-        "import sys; from crslib.phantom import generate_phantom; "
-        "generate_phantom(sys.argv[1], n_patients=8, image_size=40, seed=11, kermany_layout=True)"
+        "import sys; from crslib.data.phantom import generate_phantom; "
+        "generate_phantom(sys.argv[1], n_patients=8, image_size=40, random_state=11, kermany_layout=True)"
     )
     for name, hash_seed in (("x", "1"), ("y", "987")):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
@@ -132,9 +132,9 @@ def test_determinism_does_not_depend_on_hash_seed(tmp_path):
 
 
 def test_rerun_into_same_folder_overwrites_and_manifest_is_complete(tmp_path):
-    first = generate_phantom(tmp_path, n_patients=6, image_size=32, seed=1)
+    first = generate_phantom(tmp_path, n_patients=6, image_size=32, random_state=1)
     before = _hashes(tmp_path)
-    second = generate_phantom(tmp_path, n_patients=6, image_size=32, seed=1)
+    second = generate_phantom(tmp_path, n_patients=6, image_size=32, random_state=1)
     assert _hashes(tmp_path) == before
     assert list(first.columns) == list(MANIFEST_COLUMNS)
     assert first.equals(second)
@@ -190,7 +190,7 @@ def test_findings_prevalence_and_cooccurrence(standard):
 
 
 def test_prevalence_per_source_and_more_sources(tmp_path):
-    m = generate_phantom(tmp_path, n_patients=40, image_size=32, seed=2, n_sources=6,
+    m = generate_phantom(tmp_path, n_patients=40, image_size=32, random_state=2, n_sources=6,
                          prevalence={"site0": 1.0, "site1": 0.0, "site2": 1.0, "site3": 0.0,
                                      "site4": {"opacity": 1.0, "nodule": 1.0}, "site5": 0.0})
     assert set(m["source"]) <= {f"site{j}" for j in range(6)} and m["source"].nunique() >= 4
@@ -338,8 +338,8 @@ def test_file_properties_predict_the_label_in_the_pool_only(knobs, standard):
 
 
 def test_shortcut_changes_only_the_encoding(tmp_path):
-    a = generate_phantom(tmp_path / "a", n_patients=20, image_size=32, seed=5)
-    b = generate_phantom(tmp_path / "b", n_patients=20, image_size=32, seed=5, shortcut_strength=1.0)
+    a = generate_phantom(tmp_path / "a", n_patients=20, image_size=32, random_state=5)
+    b = generate_phantom(tmp_path / "b", n_patients=20, image_size=32, random_state=5, shortcut_strength=1.0)
     cols = [c for c in MANIFEST_COLUMNS if c != "path"]
     assert a[cols].equals(b[cols])
     la = pd.read_csv(tmp_path / "a" / "latents.csv")
@@ -448,7 +448,7 @@ def test_kermany_file_shortcut_is_measurable_with_jpeg_only(kermany):
         ({"n_patients": 2.5}, "n_patients"),
         ({"image_size": 31}, "image_size"),
         ({"image_size": 513}, "image_size"),
-        ({"seed": -1}, "seed"),
+        ({"random_state": -1}, "random_state"),
         ({"n_sources": 0}, "n_sources"),
         ({"shortcut_strength": 1.5}, "shortcut_strength"),
         ({"shortcut_strength": float("nan")}, "shortcut_strength"),
@@ -476,7 +476,7 @@ def test_out_dir_that_is_a_file_is_rejected(tmp_path):
 
 
 def test_smallest_sizes_and_single_patient(tmp_path):
-    m = generate_phantom(tmp_path, n_patients=1, image_size=32, seed=0, n_sources=1)
+    m = generate_phantom(tmp_path, n_patients=1, image_size=32, random_state=0, n_sources=1)
     assert set(m["split"]) == {"train"} and 1 <= len(m) <= 4
     with pytest.raises(DataError, match="image_size"):
         render_phantom({}, image_size=1000, rng=np.random.default_rng(0))
