@@ -36,7 +36,7 @@ from PIL import Image  # noqa: E402
 
 from crslib.data import read_image  # noqa: E402
 from crslib.embed import _default_workers, extract_embeddings  # noqa: E402
-from crslib.encoders import load_encoder  # noqa: E402
+from crslib.models import load_encoder  # noqa: E402
 from _results import record, row  # noqa: E402  (bench/ is the script's folder)
 
 SPEC = "timm:resnet18?size=64"
@@ -70,7 +70,7 @@ def fresh_process_hit(manifest_csv: Path, cache_root: Path) -> float:
     code = (
         "import crslib, time, pandas as pd\n"
         "from crslib.embed import extract_embeddings\n"
-        "from crslib.encoders import load_encoder\n"
+        "from crslib.models import load_encoder\n"
         f"m = pd.read_csv({str(manifest_csv)!r})\n"
         f"enc = load_encoder({SPEC!r})\n"
         "t = time.perf_counter()\n"

@@ -111,7 +111,7 @@ def extraction(n_images: int) -> dict:
 
     from crslib.cluster import open_client
     from crslib.embed import extract_embeddings
-    from crslib.encoders import load_encoder
+    from crslib.models import load_encoder
 
     out = {}
     with tempfile.TemporaryDirectory(prefix="crs-bench-scale-") as tmp:

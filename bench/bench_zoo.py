@@ -54,18 +54,21 @@ def estimate(preset: str, manifest, repeats: int = 6) -> float:
     to other processes), times its number of steps."""
     import torch
 
-    from crslib import zoo
+    from crslib.models import ZOO_THREADS, build_encoder_module, zoo_specs
+    from crslib.models._training import training_context
+    from crslib.models.objectives import _build_objective
+    from crslib.models.trainer import _labels_for, _load_pool
 
-    pool = zoo._load_pool(manifest, 64, False)
+    pool = _load_pool(manifest, 64, False)
     total = 0.0
-    with zoo._training_context(zoo.ZOO_THREADS):
-        for spec in zoo.zoo_specs(preset):
+    with training_context(ZOO_THREADS):
+        for spec in zoo_specs(preset):
             if spec.objective == "random_init":
                 continue
-            cols, labels, classes = zoo._labels_for(spec.objective, pool.rows)
+            cols, labels, classes = _labels_for(spec.objective, pool.rows)
             torch.manual_seed(0)
-            model = zoo._build_objective(spec, zoo.build_encoder_module(spec.architecture),
-                                         len(cols) if spec.objective == "supervised_multilabel" else len(classes), 64)
+            model = _build_objective(spec, build_encoder_module(spec.architecture),
+                                     len(cols) if spec.objective == "supervised_multilabel" else len(classes), 64)
             opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
             gen = torch.Generator().manual_seed(0)
             batch = min(spec.batch_size, len(pool.rows))
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from crslib.data import load_data
-    from crslib.zoo import load_zoo_encoder, train_zoo
+    from crslib.models import load_zoo_encoder, train_zoo
 
     torch.set_num_threads(2)
     table, start = [], time.perf_counter()

@@ -1,7 +1,7 @@
 """Shard tasks on ``dask.distributed``: in-process by default, any scheduler on request.
 
 Embedding extraction (:func:`crslib.embed.extract_embeddings`), the zoo
-(:func:`crslib.zoo.train_zoo`) and the per-model neighbour searches of
+(:func:`crslib.models.train_zoo`) and the per-model neighbour searches of
 :mod:`crslib.agreement` are cut into independent shard tasks. Where they run
 is one argument, ``scheduler``:
 

@@ -1,7 +1,7 @@
 """Batched embedding extraction with a content-addressed, resumable cache.
 
 :func:`extract_embeddings` reads the images a manifest lists, preprocesses
-them for an :class:`~crslib.encoders.Encoder`, runs the encoder in batches and
+them for an :class:`~crslib.models.Encoder`, runs the encoder in batches and
 returns one row per image in manifest order.
 
 The cache
@@ -9,7 +9,7 @@ The cache
 Results are cached under ``cache_root`` (default ``cache_dir()/"embeddings"``)
 and keyed by content only:
 
-* the encoder's :meth:`~crslib.encoders.Encoder.fingerprint` (backend,
+* the encoder's :meth:`~crslib.models.Encoder.fingerprint` (backend,
   architecture, the weight file's SHA-256 or a hash of the state dict, and the
   preprocessing),
 * :data:`EMBEDDING_FORMAT_VERSION`,
@@ -49,7 +49,7 @@ import pandas as pd
 import crslib  # noqa: F401  (applies the torchvision import fix before torch)
 from crslib._io import atomic_save_npy, atomic_write_json, digest_of, file_sha256
 from crslib.config import cache_dir, progress_enabled
-from crslib.encoders import Encoder
+from crslib.models import Encoder
 from crslib.errors import DataError, ImageReadError, InputError, ModelError
 
 log = logging.getLogger(__name__)
@@ -375,8 +375,8 @@ def extract_embeddings(
         At least the columns ``image_id`` and ``path`` (absolute paths, as
         :func:`crslib.data.load_data` returns them).
     encoder : Encoder
-        From :func:`crslib.encoders.load_encoder` or a
-        :class:`~crslib.encoders.TorchEncoder`.
+        From :func:`crslib.models.load_encoder` or a
+        :class:`~crslib.models.TorchEncoder`.
     batch_size : int
         Images per forward pass (default 64).
     num_workers : int, optional
@@ -422,9 +422,9 @@ def extract_embeddings(
     second call reads every shard from the cache:
 
     >>> import tempfile, crslib, torch
-    >>> from crslib.encoders import Preprocessing, TorchEncoder
-    >>> from crslib.phantom import generate_phantom
-    >>> manifest = generate_phantom(tempfile.mkdtemp(), n_patients=3, image_size=32, seed=0)
+    >>> from crslib.models import Preprocessing, TorchEncoder
+    >>> from crslib.data.phantom import generate_phantom
+    >>> manifest = generate_phantom(tempfile.mkdtemp(), n_patients=3, image_size=32, random_state=0)
     >>> _ = torch.manual_seed(0)
     >>> net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU())
     >>> encoder = TorchEncoder(net, name="tiny",
@@ -693,7 +693,7 @@ def embed_models(
     -------
     dict of name -> ndarray (n_images, dim), rows in manifest order.
     """
-    from crslib.encoders import load_encoder
+    from crslib.models import load_encoder
 
     from crslib.cluster import open_client
 

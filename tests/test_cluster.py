@@ -18,7 +18,7 @@ import torch
 
 from crslib.cluster import open_client, run_tasks
 from crslib.embed import extract_embeddings
-from crslib.encoders import Preprocessing, TorchEncoder, load_encoder
+from crslib.models import Preprocessing, TorchEncoder, load_encoder
 from crslib.errors import ConfigError, ImageReadError
 
 # The encoders below are defined here, not in crslib: send them to the
@@ -194,7 +194,7 @@ def test_crs_embed_with_a_scheduler_address_matches_in_process(client, manifest,
 
 
 def test_zoo_trained_on_a_cluster_is_the_zoo_trained_here(client, manifest, tmp_path) -> None:
-    from crslib.zoo import ZooModelSpec, train_zoo
+    from crslib.models import ZooModelSpec, train_zoo
 
     specs = [ZooModelSpec.make("contrastive", epochs=1, batch_size=16),
              ZooModelSpec.make("supervised_multilabel", epochs=1, batch_size=16)]

@@ -17,7 +17,7 @@ from PIL import Image  # noqa: E402
 
 import crslib.embed as embed_mod  # noqa: E402
 from crslib.embed import extract_embeddings  # noqa: E402
-from crslib.encoders import Preprocessing, TorchEncoder, load_encoder  # noqa: E402
+from crslib.models import Preprocessing, TorchEncoder, load_encoder  # noqa: E402
 from crslib.errors import ImageReadError, InputError, ModelError  # noqa: E402
 
 N_IMAGES = 20
@@ -309,10 +309,10 @@ def test_embed_models_gives_each_models_rows_in_manifest_order(dataset, tmp_path
 def test_embed_models_refuses_rows_that_would_not_align(dataset, monkeypatch):
     from types import SimpleNamespace
 
-    import crslib.encoders
+    import crslib.models
 
     ids = {"a": np.array(["id00", "id01"]), "b": np.array(["id00", "id02"])}
-    monkeypatch.setattr(crslib.encoders, "load_encoder", lambda spec: SimpleNamespace(name=spec))
+    monkeypatch.setattr(crslib.models, "load_encoder", lambda spec: SimpleNamespace(name=spec))
     monkeypatch.setattr(embed_mod, "extract_embeddings",
                         lambda m, enc, **kw: SimpleNamespace(X=np.zeros((2, 3)), image_ids=ids[enc.name]))
     with pytest.raises(InputError, match="model b skipped other images than the models before it"):

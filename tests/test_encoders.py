@@ -20,7 +20,7 @@ import pytest  # noqa: E402
 import timm  # noqa: E402
 import torch  # noqa: E402
 
-from crslib.encoders import (  # noqa: E402
+from crslib.models import (  # noqa: E402
     Encoder,
     Preprocessing,
     TorchEncoder,
@@ -208,7 +208,7 @@ def _rewrite_in_place(path, data: bytes) -> None:
 
 
 def test_weights_sha256_is_memoised_and_tracks_changes(tmp_path, monkeypatch):
-    import crslib.encoders as encoders
+    import crslib.models.encoders as encoders
 
     # every stamp counts as settled (a file written long ago), so the memo is used at once
     monkeypatch.setattr(encoders, "_STAMP_SETTLED_NS", -(10**18))

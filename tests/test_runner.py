@@ -157,7 +157,7 @@ def test_execution_key_follows_source_parameters_upstream_versions_and_code(tmp_
 def test_collect_provenance_hashes_data_zoo_and_weights(tmp_path, monkeypatch) -> None:
     import hashlib
 
-    import crslib.zoo
+    import crslib.models
     from crslib._io import digest_of
     from crslib.data import load_data
     from crslib.runner import NotebookRecord, RunRecord, collect_provenance
@@ -168,11 +168,11 @@ def test_collect_provenance_hashes_data_zoo_and_weights(tmp_path, monkeypatch) -
         weights[name] = tmp_path / name
         weights[name].write_bytes(name.encode() * 10)
     # stand-ins for the packaged weights (converting EfficientNet-Lite0 takes seconds)
-    monkeypatch.setattr(crslib.zoo, "convert_efficientnet_lite0", lambda: weights["lite0.safetensors"])
-    monkeypatch.setattr(crslib.zoo, "open_nsfw_onnx_path", lambda: weights["nsfw.onnx"])
+    monkeypatch.setattr(crslib.models, "convert_efficientnet_lite0", lambda: weights["lite0.safetensors"])
+    monkeypatch.setattr(crslib.models, "open_nsfw_onnx_path", lambda: weights["nsfw.onnx"])
     spec = "phantom?patients=8&size=32&seed=0"
     manifest = load_data(spec)
-    cards = crslib.zoo.train_zoo(manifest, specs=[crslib.zoo.ZooModelSpec.make("random_init")], image_size=16,
+    cards = crslib.models.train_zoo(manifest, specs=[crslib.models.ZooModelSpec.make("random_init")], image_size=16,
                                  progress=False)
     record = RunRecord("run", str(tmp_path / "run"), "quick", {}, "2026-01-01T00:00:00+00:00", notebooks=[
         NotebookRecord("01_a", {"data": spec, "seed": 3, "k": 10}, 1.0, "a.ipynb"),

@@ -12,7 +12,7 @@ import pytest
 
 import crslib  # noqa: F401  (before torch/timm)
 from crslib.errors import ConfigError, InputError, ModelError
-from crslib.zoo import (
+from crslib.models import (
     OBJECTIVES,
     PUBLIC_ENCODERS,
     ZooModelSpec,
@@ -148,7 +148,7 @@ def test_model_card_fields(cards, zoo_root):
 
 
 def test_reuse_and_retrain_on_changed_data(cards, manifest, zoo_root, tiny_specs):
-    import crslib.zoo as zoo
+    import crslib.models.zoo as zoo
 
     # reuse trains nothing: the training function is never called, the checkpoints stay as they are
     checkpoints = {path: path.stat() for path in (zoo_root / "models").rglob("*") if path.is_file()}

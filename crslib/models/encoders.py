@@ -1,4 +1,5 @@
-"""Image encoders behind one interface, selected by a model spec string.
+"""The Encoder interface and its backends: plain torch modules, timm models
+and ONNX graphs.
 
 Every encoder turns a float image in ``[0, 1]`` of shape ``(H, W, C)`` into a
 fixed-length embedding. It carries its preprocessing (input size, mean, std,
@@ -6,104 +7,28 @@ interpolation, channels) and a :meth:`Encoder.fingerprint` that changes when
 the weights, the architecture or the preprocessing change, so the embedding
 cache (:mod:`crslib.embed`) is keyed by content, never by a name alone.
 
-Model spec strings
-------------------
-A notebook parameter or the ``--model`` flag of ``crs`` names an encoder with
-one string::
-
-    timm:NAME[?OPTIONS]
-    onnx:PATH[#OUTPUT][?OPTIONS]
-    zoo:NAME[@KEY]
-
-``OPTIONS`` are ``key=value`` pairs joined by ``&``; list values are comma
-separated (``mean=104,117,123``). Paths may be relative (to the working
-directory) and may start with ``~``; ``%XX`` escapes are decoded, so a path
-containing ``&`` or ``#`` can be written with ``%26`` / ``%23``.
-
-``timm:NAME``
-    A timm architecture (``timm.list_models()``), optionally with a pretrained
-    tag (``resnet18.a1_in1k``), created with ``num_classes=0`` so that it
-    returns pooled features; the embedding dimension is ``model.num_features``.
-    Preprocessing comes from the model's own data config
-    (``timm.data.resolve_model_data_config``). Options:
-
-    ``seed=INT``
-        Random initialisation (the default, without ``weights`` or
-        ``pretrained``) is seeded with this value (default 0): the same spec
-        always gives the same weights.
-    ``weights=PATH``
-        Load weights from a local ``.pth``, ``.pt``, ``.bin`` or
-        ``.safetensors`` file (a plain state dict, or a checkpoint holding one
-        under ``state_dict``/``model``/``state_dict_ema``). Classifier-head
-        keys are dropped; any other parameter the model has and the file lacks
-        is an error.
-    ``pretrained=hf``
-        The model's published weights from the *local* Hugging Face cache
-        (``$HF_HUB_CACHE``, default ``~/.cache/huggingface/hub``). Nothing is
-        downloaded: when the weights are not in the cache the spec fails at
-        once and says how to put them there.
-    ``size=INT``
-        Square input size in pixels, overriding the data config.
-    ``in_chans=INT``
-        Number of input channels (1 for grayscale stems), default 3.
-
-    Examples: ``timm:resnet18``, ``timm:resnet18?seed=1&size=64``,
-    ``timm:resnet50?weights=~/models/rad_resnet50.safetensors``,
-    ``timm:convnext_tiny.fb_in22k?pretrained=hf``.
-
-``onnx:PATH#OUTPUT``
-    An ONNX model run by onnxruntime on the CPU. ``OUTPUT`` names the tensor
-    to read the embedding from (default: the first graph output); it may be an
-    intermediate tensor such as ``/ReduceMean_output_0``, which is then added
-    to the graph outputs in memory. An output of shape ``(B, C, H, W)`` is
-    global-average pooled, ``(B, N, D)`` is averaged over ``N``; anything else
-    is flattened to ``(B, D)``. Options:
-
-    ``size=INT``
-        Square input size; needed only when the model's input shape is
-        dynamic (a fixed input shape is used as is). Default 224.
-    ``layout=nchw|nhwc``
-        Input layout; by default read from the input shape (channel axis of
-        length 1 or 3), else ``nchw``.
-    ``bgr=1``
-        Feed channels in BGR order (``mean``/``std`` are then given in BGR
-        order too).
-    ``scale=FLOAT``
-        Multiply the ``[0, 1]`` image by this before normalising (``255`` for
-        models trained on 0-255 pixel values).
-    ``mean=A,B,C`` / ``std=A,B,C``
-        Normalisation ``(x * scale - mean) / std``, in the units of the
-        scaled image. When ``scale`` is not given and a mean or std value
-        exceeds 1, the values are read as 0-255 units (``scale=255``). The
-        default is no normalisation (mean 0, std 1). One value applies to
-        every channel.
-
-    Example (Yahoo Open-NSFW, ResNet-50-thin, pooled features)::
-
-        onnx:/path/open_nsfw.onnx#/ReduceMean_output_0?bgr=1&mean=104,117,123&layout=nhwc
-
-``zoo:NAME[@KEY]``
-    A small encoder trained by :mod:`crslib.zoo` (``crs zoo``), loaded with
-    :func:`crslib.zoo.load_zoo_encoder`, e.g.
-    ``zoo:contrastive-cnn_small-seed0``.
-
-Plain torch modules have no spec string: wrap them with
+Encoders are usually created from a model spec string by
+:func:`crslib.models.load_encoder` (see :mod:`crslib.models.specs` for the
+spec forms). Plain torch modules have no spec string: wrap them with
 :class:`TorchEncoder`, e.g.
 ``TorchEncoder(model, name="zoo:simclr-seed0", preprocessing=Preprocessing(...))``.
 
+Weight files are hashed with :func:`weights_sha256`, memoised per file stamp;
+state dicts of modules with :func:`_state_dict_sha256`, memoised until a
+tensor changes.
+
 Examples
 --------
->>> import crslib
->>> from crslib.encoders import load_encoder
->>> enc = load_encoder("timm:resnet18?size=64")
->>> enc.embedding_dim
-512
+>>> import crslib, torch
+>>> from crslib.models.encoders import Preprocessing, TorchEncoder
+>>> pre = Preprocessing((3, 32, 32), (0.5,) * 3, (0.25,) * 3, "bilinear", 3)
+>>> enc = TorchEncoder(torch.nn.Conv2d(3, 8, 3), name="tiny", preprocessing=pre)
 >>> import numpy as np
->>> x = enc.preprocess(np.zeros((32, 32, 1), dtype=np.float32))
+>>> x = enc.preprocess(np.zeros((16, 16, 1), dtype=np.float32))
 >>> tuple(x.shape)
-(3, 64, 64)
+(3, 32, 32)
 >>> enc.encode(x[None]).shape
-(1, 512)
+(1, 8)
 """
 
 from __future__ import annotations
@@ -113,20 +38,19 @@ import hashlib
 import logging
 import math
 import os
-import re
 import threading
 import time
 import weakref
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
 
 import numpy as np
 
 import crslib  # noqa: F401  (applies the torchvision import fix before torch/timm)
 from crslib._io import digest_of, file_sha256
 from crslib.errors import ModelError
+from crslib.models._options import _parse_bool, _parse_float, _parse_floats, _parse_int
 
 log = logging.getLogger(__name__)
 
@@ -136,27 +60,10 @@ __all__ = [
     "Preprocessing",
     "TimmEncoder",
     "TorchEncoder",
-    "load_encoder",
-    "parse_spec",
     "weights_sha256",
 ]
 
-SPEC_FORMS = (
-    "timm:NAME[?seed=INT&size=INT&in_chans=INT]",
-    "timm:NAME?weights=PATH(.pth|.pt|.bin|.safetensors)[&size=INT]",
-    "timm:NAME?pretrained=hf[&size=INT]",
-    "onnx:PATH[#OUTPUT][?size=INT&mean=A,B,C&std=A,B,C&bgr=1&layout=nchw|nhwc&scale=255]",
-    "zoo:NAME[@KEY]",
-    "public:efficientnet_lite0|open_nsfw[?size=INT]",
-)
-_TIMM_OPTIONS = ("seed", "weights", "pretrained", "size", "in_chans")
-_ONNX_OPTIONS = ("size", "mean", "std", "bgr", "layout", "scale")
-_WEIGHT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 _INTERPOLATIONS = ("bilinear", "bicubic", "nearest", "area")
-
-
-def _forms() -> str:
-    return "accepted forms: " + "; ".join(SPEC_FORMS)
 
 
 # --------------------------------------------------------------------------- preprocessing
@@ -835,471 +742,3 @@ def _feature_candidates(graph, limit: int = 10) -> list[str]:
     found = [node.output[0] for node in graph.node if node.op_type in kinds and node.output]
     return found[-limit:]
 
-
-# --------------------------------------------------------------------------- spec parsing
-
-
-def _parse_int(value: str, key: str, spec: str) -> int:
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise ModelError(f"option {key}={value!r} in {spec!r} must be an integer") from None
-    if number < (0 if key == "seed" else 1):
-        raise ModelError(f"option {key}={value!r} in {spec!r} is out of range")
-    return number
-
-
-def _parse_float(value: str, key: str, spec: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise ModelError(f"option {key}={value!r} in {spec!r} must be a number") from None
-    if not math.isfinite(number) or number <= 0:
-        raise ModelError(f"option {key}={value!r} in {spec!r} must be a positive number")
-    return number
-
-
-def _parse_floats(value: str, key: str, spec: str) -> tuple[float, ...]:
-    parts = [p for p in re.split(r"[,;\s]+", str(value).strip()) if p]
-    try:
-        numbers = tuple(float(p) for p in parts)
-    except ValueError:
-        raise ModelError(f"option {key}={value!r} in {spec!r} must be a comma-separated list of numbers") from None
-    if not numbers or not all(math.isfinite(v) for v in numbers):
-        raise ModelError(f"option {key}={value!r} in {spec!r} must be a comma-separated list of numbers")
-    return numbers
-
-
-def _parse_bool(value: str, key: str, spec: str) -> bool:
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off", ""):
-        return False
-    raise ModelError(f"option {key}={value!r} in {spec!r} must be 0 or 1")
-
-
-def _parse_options(text: str, allowed: tuple[str, ...], spec: str) -> dict[str, str]:
-    options: dict[str, str] = {}
-    for part in text.split("&"):
-        if not part:
-            continue
-        if "=" not in part:
-            raise ModelError(f"option {part!r} in model spec {spec!r} must be key=value; {_forms()}")
-        key, value = part.split("=", 1)
-        key = key.strip().lower()
-        if key not in allowed:
-            raise ModelError(
-                f"unknown option {key!r} in model spec {spec!r}; options: {', '.join(allowed)}; {_forms()}"
-            )
-        if key in options:
-            raise ModelError(f"option {key!r} given twice in model spec {spec!r}")
-        options[key] = unquote(value.strip())
-    return options
-
-
-@dataclass(frozen=True)
-class ParsedSpec:
-    """A model spec split into its parts (see :func:`parse_spec`)."""
-
-    backend: str
-    target: str
-    output: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
-
-
-def parse_spec(spec: str) -> ParsedSpec:
-    """Split a model spec string into backend, target, output and options.
-
-    Raises
-    ------
-    ModelError
-        When the string is not one of the accepted forms.
-
-    Examples
-    --------
-    >>> parse_spec("timm:resnet18?size=64").options
-    {'size': '64'}
-    >>> parse_spec("onnx:m.onnx#feat?bgr=1").output
-    'feat'
-    """
-    if not isinstance(spec, str) or not spec.strip():
-        raise ModelError(f"model spec must be a non-empty string, got {spec!r}; {_forms()}")
-    text = spec.strip()
-    if ":" not in text:
-        raise ModelError(f"model spec {spec!r} lacks a backend prefix (timm:, onnx: or zoo:); {_forms()}")
-    backend, rest = text.split(":", 1)
-    backend = backend.strip().lower()
-    if backend == "zoo":
-        name = rest.strip()
-        if not name:
-            raise ModelError(f"model spec {spec!r} has no zoo model name; {_forms()}")
-        return ParsedSpec("zoo", name)
-    if backend == "public":
-        name = rest.strip()
-        if not name:
-            raise ModelError(f"model spec {spec!r} has no public encoder name; {_forms()}")
-        return ParsedSpec("public", name)
-    if backend == "torch":
-        raise ModelError(
-            f"model spec {spec!r}: torch modules have no spec string; wrap the module with "
-            "crslib.encoders.TorchEncoder(module, name=..., preprocessing=...)"
-        )
-    if backend == "timm":
-        name, _, opt_text = rest.partition("?")
-        name = name.strip()
-        if not name or "#" in name or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
-            raise ModelError(f"model spec {spec!r} has no valid timm model name; {_forms()}")
-        return ParsedSpec("timm", name, None, _parse_options(opt_text, _TIMM_OPTIONS, spec))
-    if backend == "onnx":
-        output = None
-        if "#" in rest:
-            path_part, frag = rest.split("#", 1)
-            if "?" in frag:
-                output, opt_text = frag.split("?", 1)
-            else:
-                output, opt_text = frag, ""
-                if "?" in path_part:
-                    path_part, opt_text = path_part.split("?", 1)
-            output = unquote(output.strip()) or None
-        else:
-            path_part, _, opt_text = rest.partition("?")
-        path_part = unquote(path_part.strip())
-        if not path_part:
-            raise ModelError(f"model spec {spec!r} has no ONNX file path; {_forms()}")
-        return ParsedSpec("onnx", path_part, output, _parse_options(opt_text, _ONNX_OPTIONS, spec))
-    raise ModelError(f"unknown backend {backend!r} in model spec {spec!r}; {_forms()}")
-
-
-def _canonical(parsed: ParsedSpec, options: dict[str, Any]) -> str:
-    opts = "&".join(f"{k}={options[k]}" for k in sorted(options))
-    base = f"{parsed.backend}:{parsed.target}"
-    if parsed.output:
-        base += f"#{parsed.output}"
-    return base + (f"?{opts}" if opts else "")
-
-
-def _resolve_file(text: str, what: str, spec: str) -> Path:
-    path = Path(os.path.expanduser(text))
-    if not path.is_absolute():
-        path = Path.cwd() / path
-    path = Path(os.path.normpath(path))
-    if not path.is_file():
-        raise ModelError(
-            f"{what} {path} does not exist (from model spec {spec!r}); check the path or copy the file there"
-        )
-    return path
-
-
-# --------------------------------------------------------------------------- loading
-
-
-def load_encoder(spec: str) -> Encoder:
-    """Create the encoder a model spec string names.
-
-    Parameters
-    ----------
-    spec : str
-        ``timm:NAME[?OPTIONS]`` or ``onnx:PATH[#OUTPUT][?OPTIONS]``; see the
-        module docstring for the options.
-
-    Returns
-    -------
-    Encoder
-
-    Raises
-    ------
-    ModelError
-        Malformed spec, unknown model, missing or unreadable weights, weights
-        not in the local Hugging Face cache.
-
-    Examples
-    --------
-    >>> import crslib
-    >>> load_encoder("timm:resnet18?size=64").name
-    'timm:resnet18?seed=0&size=64'
-    """
-    parsed = parse_spec(spec)
-    if parsed.backend == "timm":
-        return _load_timm(parsed, spec)
-    if parsed.backend == "zoo":
-        from crslib.zoo import load_zoo_encoder
-
-        return load_zoo_encoder(parsed.target)
-    if parsed.backend == "public":
-        from crslib.zoo import load_public_encoder
-
-        return load_public_encoder(parsed.target)
-    return _load_onnx(parsed, spec)
-
-
-def random_init_spec(spec: str) -> str | None:
-    """The spec of a randomly initialised network of the same architecture.
-
-    The floor a trained encoder's agreement should clear (CRS-Bench compares
-    every model with a random network). ``timm`` specs keep the architecture,
-    input size and channels and drop the weights; ``public:efficientnet_lite0``
-    maps to its timm architecture; ``zoo`` models to the zoo's untrained model
-    of the same architecture. ONNX files carry no separable architecture, so
-    they have no reference (``None``).
-
-    Examples
-    --------
-    >>> random_init_spec("timm:resnet18?weights=/w/r18.pth&size=64")
-    'timm:resnet18?seed=0&size=64'
-    """
-    parsed = parse_spec(spec)
-    if parsed.backend == "timm":
-        keep = {k: v for k, v in parsed.options.items() if k in ("size", "in_chans")}
-        keep["seed"] = "0"
-        return _canonical(ParsedSpec("timm", parsed.target), keep)
-    if parsed.backend == "public":
-        name, _, query = parsed.target.partition("?")
-        if name == "efficientnet_lite0":
-            return "timm:tf_efficientnet_lite0" + ("?" + query + "&seed=0" if query else "?seed=0")
-        return None
-    if parsed.backend == "zoo":
-        # Zoo names follow "{objective}-{architecture}-seed{seed}" (crslib.zoo.ZooModelSpec.make).
-        match = re.fullmatch(r"[a-z_]+-(?P<arch>[a-z0-9_]+)-seed\d+(@\w+)?", parsed.target)
-        return f"zoo:random_init-{match['arch']}-seed0" if match else None
-    return None
-
-
-def _load_onnx(parsed: ParsedSpec, spec: str) -> OnnxEncoder:
-    path = _resolve_file(parsed.target, "ONNX model file", spec)
-    options = dict(parsed.options)
-    canonical = _canonical(ParsedSpec("onnx", str(path), parsed.output, {}), options)
-    return OnnxEncoder(path, parsed.output, name=canonical, options=options)
-
-
-def _load_timm(parsed: ParsedSpec, spec: str) -> TimmEncoder:
-    import timm
-    import torch
-
-    name = parsed.target
-    opts = parsed.options
-    if not timm.is_model(name):
-        import difflib
-
-        close = difflib.get_close_matches(name.split(".")[0], timm.list_models(), n=3, cutoff=0.75)
-        hint = f"; did you mean {', '.join(close)}?" if close else ""
-        raise ModelError(f"no timm model named {name!r} (in model spec {spec!r}); see timm.list_models(){hint}")
-    if "weights" in opts and "pretrained" in opts:
-        raise ModelError(f"model spec {spec!r} gives both weights= and pretrained=; use one")
-    seed = _parse_int(opts.get("seed", "0"), "seed", spec)
-    size = _parse_int(opts["size"], "size", spec) if "size" in opts else None
-    in_chans = _parse_int(opts["in_chans"], "in_chans", spec) if "in_chans" in opts else 3
-    if in_chans not in (1, 3):
-        raise ModelError(f"in_chans={in_chans} in {spec!r}: only 1 or 3 channels are supported")
-
-    weights_file: Path | None = None
-    canon: dict[str, Any] = {}
-    if "weights" in opts:
-        weights_file = _resolve_file(opts["weights"], "weight file", spec)
-        if not weights_file.name.lower().endswith(_WEIGHT_SUFFIXES):
-            raise ModelError(
-                f"weight file {weights_file} must end in one of {', '.join(_WEIGHT_SUFFIXES)}"
-            )
-        canon["weights"] = str(weights_file)
-    elif "pretrained" in opts:
-        source = opts["pretrained"].lower()
-        if source != "hf":
-            raise ModelError(f"pretrained={opts['pretrained']!r} in {spec!r}: only pretrained=hf is supported")
-        weights_file = _hf_cached_weights(name, spec)
-        canon["pretrained"] = "hf"
-    else:
-        canon["seed"] = seed
-    if size is not None:
-        canon["size"] = size
-    if in_chans != 3:
-        canon["in_chans"] = in_chans
-
-    kwargs: dict[str, Any] = {"num_classes": 0}
-    if in_chans != 3:
-        kwargs["in_chans"] = in_chans
-    t0 = time.perf_counter()
-    with torch.random.fork_rng(devices=[]):  # leave the caller's RNG state alone
-        torch.manual_seed(seed)
-        model = _create_timm(name, kwargs, size, spec)
-    report: dict[str, Any] = {}
-    if weights_file is not None:
-        model, report = _load_weights(model, name, kwargs, size, weights_file, spec)
-    model.eval()
-    log.debug("created timm model %s in %.2f s", name, time.perf_counter() - t0)
-
-    cfg = timm.data.resolve_model_data_config(model)
-    _, h, w = cfg["input_size"]
-    if size is not None:
-        h = w = size
-    mean, std = tuple(cfg["mean"]), tuple(cfg["std"])
-    if in_chans == 1 and len(mean) == 3:
-        mean, std = (float(np.mean(mean)),), (float(np.mean(std)),)
-    pre = Preprocessing(
-        input_size=(in_chans, h, w), mean=mean, std=std,
-        interpolation=_timm_interpolation(cfg.get("interpolation")), channels=in_chans,
-    )
-    arch = {"model": name, "num_classes": 0, "in_chans": in_chans, "img_size": getattr(model, "_crs_img_size", None),
-            "timm": timm.__version__}
-    return TimmEncoder(
-        model, name=_canonical(ParsedSpec("timm", name), canon), preprocessing=pre, arch=arch,
-        weights_file=weights_file, load_report=report,
-    )
-
-
-def _build_timm(name: str, kwargs: dict[str, Any], size: int | None, **extra):
-    """Create a timm model; models with a fixed input size (ViTs) are built
-    for ``size`` when one is given. timm's own exceptions pass through."""
-    import timm
-
-    if size is not None:
-        try:
-            model = timm.create_model(name, img_size=size, **kwargs, **extra)
-            model._crs_img_size = size
-            return model
-        except TypeError:
-            pass  # the architecture takes any input size
-    return timm.create_model(name, **kwargs, **extra)
-
-
-def _create_timm(name: str, kwargs: dict[str, Any], size: int | None, spec: str, **extra):
-    """:func:`_build_timm` with timm's errors turned into a ModelError naming the spec."""
-    try:
-        return _build_timm(name, kwargs, size, **extra)
-    except (RuntimeError, ValueError, KeyError, TypeError, AssertionError) as exc:
-        raise ModelError(f"cannot create timm model {name!r} from {spec!r}: {exc}") from None
-
-
-def _hf_cached_weights(name: str, spec: str) -> Path:
-    """Path of the model's weights in the local Hugging Face cache, found
-    without any network access."""
-    from huggingface_hub import constants, try_to_load_from_cache
-    from timm.models import get_pretrained_cfg
-
-    cfg = get_pretrained_cfg(name)
-    repo = getattr(cfg, "hf_hub_id", None) if cfg is not None else None
-    if not repo:
-        raise ModelError(
-            f"timm model {name!r} has no Hugging Face weights; download weights yourself and use "
-            f"timm:{name}?weights=PATH"
-        )
-    cache = os.environ.get("HF_HUB_CACHE") or (
-        os.path.join(os.environ["HF_HOME"], "hub") if os.environ.get("HF_HOME") else constants.HF_HUB_CACHE
-    )
-    filenames = [cfg.hf_hub_filename] if getattr(cfg, "hf_hub_filename", None) else [
-        "model.safetensors", "pytorch_model.bin",
-    ]
-    for filename in filenames:
-        found = try_to_load_from_cache(repo, filename, cache_dir=cache)
-        if isinstance(found, str) and os.path.isfile(found):
-            return Path(found)
-    raise ModelError(
-        f"weights of timm model {name!r} (Hugging Face repo {repo}) are not in the local HF cache {cache}; "
-        f"on a machine with network run: hf download {repo} {filenames[0]} "
-        f"(set HF_HUB_CACHE to choose the cache folder), or use timm:{name}?weights=PATH with a local file"
-    )
-
-
-def _read_state_dict(path: Path, spec: str) -> dict[str, Any]:
-    import torch
-    from timm.models import load_state_dict
-
-    try:
-        state = load_state_dict(str(path), use_ema=True, weights_only=True)
-    except Exception as exc:  # noqa: BLE001 - any failure means the file is unusable
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelError(
-            f"cannot read weight file {path} ({type(exc).__name__}: {reason[:300]}); "
-            "it must be a torch state dict (.pth/.pt/.bin) or a .safetensors file"
-        ) from None
-    if not isinstance(state, dict) or not any(isinstance(v, torch.Tensor) for v in state.values()):
-        raise ModelError(f"weight file {path} holds no state dict of tensors (got {type(state).__name__})")
-    return state
-
-
-def _head_keys(model) -> set[str]:
-    heads = model.pretrained_cfg.get("classifier") if getattr(model, "pretrained_cfg", None) else None
-    if heads is None:
-        return set()
-    if isinstance(heads, str):
-        heads = (heads,)
-    return {f"{h}.{suffix}" for h in heads for suffix in ("weight", "bias")}
-
-
-def _load_weights(model, name: str, kwargs: dict[str, Any], size: int | None, path: Path, spec: str):
-    """Load a local weight file into ``model``; report missing and unexpected
-    keys, and fail when the model would keep randomly initialised parameters."""
-    state = _read_state_dict(path, spec)
-    own = model.state_dict()
-    heads = _head_keys(model)
-    dropped = sorted(k for k in state if k in heads and k not in own)
-    candidate = {k: v for k, v in state.items() if k not in dropped}
-    fits = all(k in candidate and tuple(candidate[k].shape) == tuple(own[k].shape) for k in own)
-    if fits:
-        unexpected = sorted(set(candidate) - set(own))
-        model.load_state_dict({k: candidate[k] for k in own}, strict=True)
-        missing: list[str] = []
-    else:
-        # Foreign key names or shapes (e.g. original DINO/ViT checkpoints, a
-        # different size): let timm's own checkpoint filter convert them.
-        model, missing, unexpected = _load_via_timm(name, kwargs, size, path, spec)
-    if missing:
-        head = ", ".join(missing[:5])
-        sample = ", ".join(list(state)[:3])
-        raise ModelError(
-            f"weight file {path} does not fit timm model {name!r}: {len(missing)} of its parameters are "
-            f"missing from the file (e.g. {head}); the file's keys look like {sample}. "
-            "Check that the file belongs to this architecture"
-        )
-    if unexpected:
-        log.warning(
-            "weight file %s has %d keys timm model %s does not use (ignored): %s%s",
-            path, len(unexpected), name, ", ".join(unexpected[:5]), " ..." if len(unexpected) > 5 else "",
-        )
-    return model, {"dropped_head_keys": dropped, "unexpected_keys": unexpected, "missing_keys": missing}
-
-
-class _Capture(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.messages: list[str] = []
-
-    def emit(self, record):
-        self.messages.append(record.getMessage())
-
-
-def _load_via_timm(name: str, kwargs: dict[str, Any], size: int | None, path: Path, spec: str):
-    import torch
-
-    logger = logging.getLogger("timm.models._builder")
-    handler = _Capture()
-    old_level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
-    try:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            model = _build_timm(name, kwargs, size, pretrained=True,
-                                pretrained_cfg_overlay={"file": str(path)})
-    except ModelError:
-        raise
-    except Exception as exc:  # noqa: BLE001
-        lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
-        detail = [ln for ln in lines if ln.startswith(("size mismatch", "Missing key", "Unexpected key"))]
-        reason = "; ".join((detail or lines or [type(exc).__name__])[:2])
-        raise ModelError(
-            f"weight file {path} does not fit timm model {name!r}: {reason[:400]}. "
-            "Check that the file belongs to this architecture"
-        ) from None
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(old_level)
-    missing: list[str] = []
-    unexpected: list[str] = []
-    for message in handler.messages:
-        m = re.match(r"Missing keys \((.*)\) discovered", message)
-        if m:
-            missing = [k.strip() for k in m.group(1).split(",") if k.strip()]
-        m = re.match(r"Unexpected keys \((.*)\) found", message)
-        if m:
-            unexpected = [k.strip() for k in m.group(1).split(",") if k.strip()]
-    return model, missing, unexpected
