@@ -72,7 +72,7 @@ def _rss_mb() -> float:
 
 
 def _faiss():
-    from crslib.agreement import _import_faiss
+    from crslib.neighbors import _import_faiss
 
     return _import_faiss()  # same faiss (and OpenBLAS set-up) as crslib uses
 
@@ -89,7 +89,7 @@ def bare_faiss_search(X: np.ndarray, k: int) -> float:
 
 
 def _warm_up():
-    from crslib.agreement import knn_indices
+    from crslib.neighbors import knn_indices
 
     X = np.random.default_rng(1).standard_normal((500, 16), dtype=np.float32)
     knn_indices(X, k=5)
@@ -154,7 +154,7 @@ def worker_naive(args) -> dict:
 
 def worker_large(args) -> dict:
     """(d): one knn_indices search at large N."""
-    from crslib.agreement import knn_indices
+    from crslib.neighbors import knn_indices
 
     rng = np.random.default_rng(0)
     n, d = args.n_large, args.d
@@ -186,7 +186,7 @@ def worker_large(args) -> dict:
 
 def worker_batches(args) -> dict:
     """Optional: knn_indices time for several query batch sizes (faiss)."""
-    from crslib.agreement import knn_indices
+    from crslib.neighbors import knn_indices
 
     X = make_embeddings(1, args.n, args.d)["model_0"]
     _warm_up()
@@ -237,7 +237,7 @@ def main(argv=None) -> int:
 
     import faiss  # noqa: F401  (version only; the workers import it through crslib)
 
-    from crslib.agreement import _openblas_coretype_hint
+    from crslib.neighbors import _openblas_coretype_hint
 
     t0 = time.perf_counter()
     m, n, d, k = args.m, args.n, args.d, args.k

@@ -21,8 +21,10 @@ import pandas as pd
 
 from crslib import stats
 from crslib._compat import one_blas_thread
-from crslib.agreement import _as_embeddings, _check_labels, _degenerate_reason, _probe
+from crslib._validation import as_embeddings
 from crslib.errors import InputError
+from crslib.probes import check_labels, degenerate_reason, logistic_probe
+from crslib.splits import grouped_split
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +89,7 @@ class LinearMap:
         -------
         ndarray of shape (n, d_dst), float64
         """
-        Xf = _as_embeddings(X, "X", np.float64)
+        Xf = as_embeddings(X, "X", np.float64)
         if Xf.shape[1] != self.n_features_in_:
             raise InputError(
                 f"X has {Xf.shape[1]} features but the map was fitted on {self.n_features_in_}; "
@@ -97,8 +99,8 @@ class LinearMap:
 
 
 def _pair(X_src: Any, X_dst: Any, src: str = "X_src", dst: str = "X_dst") -> tuple[np.ndarray, np.ndarray]:
-    A = _as_embeddings(X_src, src, np.float64)
-    B = _as_embeddings(X_dst, dst, np.float64)
+    A = as_embeddings(X_src, src, np.float64)
+    B = as_embeddings(X_dst, dst, np.float64)
     if A.shape[0] != B.shape[0]:
         raise InputError(
             f"{src} and {dst} must hold the same images in the same order; they have {A.shape[0]} and {B.shape[0]} rows"
@@ -289,11 +291,11 @@ def _fit_probes(X_train: np.ndarray, lab_train: pd.DataFrame, C: float, max_iter
         for col in lab_train.columns:
             y = lab_train[col].to_numpy()
             keep = ~np.isnan(y)
-            reason = _degenerate_reason(y[keep].astype(int), "training")
+            reason = degenerate_reason(y[keep].astype(int), "training")
             if reason:
                 reasons[col] = reason
                 continue
-            probes[col] = (_probe(C, max_iter, random_state).fit(X_train[keep], y[keep].astype(int)), int(keep.sum()))
+            probes[col] = (logistic_probe(C, max_iter, random_state).fit(X_train[keep], y[keep].astype(int)), int(keep.sum()))
     return probes, reasons
 
 
@@ -342,7 +344,7 @@ def _evaluate(
         y = y_all[keep].astype(int)
         row = dict.fromkeys(_COLUMNS, np.nan)
         row.update(finding=col, n_test=int(keep.sum()), n_test_positive=int(y.sum()), map_r2=map_r2, reason="")
-        reason = reasons.get(col) or _degenerate_reason(y, "test")
+        reason = reasons.get(col) or degenerate_reason(y, "test")
         if col in probes:
             row["n_train"] = probes[col][1]
         if reason:
@@ -440,7 +442,7 @@ def classifier_transfer(
     """
     A, B = _pair(X_old, X_new, "X_old", "X_new")
     n = A.shape[0]
-    lab = _check_labels(labels, n)
+    lab = check_labels(labels, n)
     sets = {
         "map_idx": _index_array(map_idx, n, "map_idx"),
         "train_idx": _index_array(train_idx, n, "train_idx"),
@@ -475,21 +477,6 @@ def classifier_transfer(
         log.warning("classifier_transfer: no finding could be evaluated")
     out.attrs.update({"method": method, "alpha": lin.alpha_, "n_map": int(mp.size)})
     return out
-
-
-def _grouped_split(groups: np.ndarray, fractions: Sequence[float], rng: np.random.Generator) -> list[np.ndarray]:
-    """Split rows into parts by whole groups, aiming at row shares ``fractions``."""
-    codes, uniques = pd.factorize(pd.Series(groups))
-    if (codes < 0).any():
-        raise InputError("groups has missing patient ids; give every image a patient")
-    order = rng.permutation(len(uniques))
-    sizes = np.bincount(codes, minlength=len(uniques))[order]
-    cum = np.cumsum(sizes) / sizes.sum()
-    bounds = np.cumsum(fractions)[:-1]
-    part_of_group = np.empty(len(uniques), dtype=int)
-    part_of_group[order] = np.searchsorted(bounds, cum - sizes / sizes.sum() / 2, side="right")
-    parts = [np.flatnonzero(part_of_group[codes] == p) for p in range(len(fractions))]
-    return parts
 
 
 def transfer_sweep(
@@ -548,7 +535,7 @@ def transfer_sweep(
     """
     A, B = _pair(X_old, X_new, "X_old", "X_new")
     n = A.shape[0]
-    lab = _check_labels(labels, n)
+    lab = check_labels(labels, n)
     g = np.asarray(groups)
     if g.shape != (n,):
         raise InputError(f"groups must have one patient id per image ({n}), got shape {g.shape}")
@@ -561,7 +548,7 @@ def transfer_sweep(
             raise InputError(f"n_values must hold integers >= 2, got {v!r}")
         vals.append(int(v))
     rng = np.random.default_rng(random_state)
-    pool, train, test = _grouped_split(g, fr, rng)
+    pool, train, test = grouped_split(g, fr, rng)
     for name, part in (("map pool", pool), ("probe training", train), ("probe test", test)):
         if part.size < 2:
             raise InputError(

@@ -49,10 +49,10 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 import crslib
-from crslib import agreement, plots
+from crslib import agreement, ann, paper, plots, probes, similarity, subgroups
 from crslib.data import load_data
 from crslib.embed import embed_models
-from crslib.zoo import train_zoo
+from crslib.models import train_zoo
 
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
@@ -101,7 +101,7 @@ if approximate:
                      f"{bound:.3f}."))
 else:
     display(Markdown(f"Neighbours: exact search for every model ({len(manifest):,} images, below the "
-                     f"{agreement.APPROX_THRESHOLD:,}-image threshold of the approximate index)."))
+                     f"{ann.APPROX_THRESHOLD:,}-image threshold of the approximate index)."))
 
 # %% [markdown]
 # Each model's mean agreement with every other model, against the random
@@ -130,17 +130,24 @@ plt.show()
 # radiographs, public models) beside the same quantities in this run.
 
 # %% tags=["hide-input"]
-def pair_values(names):
-    return [matrix.loc[a, b] for a, b in combinations(names, 2)]
+zoo_info = info[~info["name"].str.contains(":")]
+zoo_pairs = agreement.convergence_pairs(matrix.loc[zoo_info["name"], zoo_info["name"]], zoo_info)
+
+
+def within_objective(objective, architecture="cnn_small"):
+    rows = zoo_pairs[(zoo_pairs["objective_a"] == objective) & (zoo_pairs["objective_b"] == objective)
+                     & (zoo_pairs["architecture"] == architecture)]
+    return rows["overlap"].tolist()
+
+
+def first_pair(objective, architecture="cnn_small"):
+    rows = zoo_pairs[(zoo_pairs["objective_a"] == objective) & (zoo_pairs["objective_b"] == objective)
+                     & (zoo_pairs["architecture"] == architecture)]
+    return rows.iloc[0]["model_a"], rows.iloc[0]["model_b"]
 
 
 def value_range(values):
     return f"{min(values):.3f}-{max(values):.3f}" if values else "n/a"
-
-
-def names_of(objective, architecture="cnn_small"):
-    rows = info[(info["objective"] == objective) & (info["architecture"] == architecture)]
-    return rows["name"].tolist()
 
 
 public_pair = ("public:efficientnet_lite0", "public:open_nsfw")
@@ -149,16 +156,18 @@ public_ci = agreement.overlap_ci(
                                            k=k, exclude_groups=groups),
     groups=groups, n_resamples=n_resamples, random_state=seed)
 random_public = matrix.loc["public:efficientnet_lite0", "random:efficientnet_lite0"]
-ssl_values = pair_values(names_of("contrastive")) + pair_values(names_of("self_distillation"))
+ssl_values = within_objective("contrastive") + within_objective("self_distillation")
 headline = pd.DataFrame(
     [
-        ("public models share, of 10 neighbours", "0.091",
+        ("public models share, of 10 neighbours", f"{paper.value('public_pair_overlap'):.3f}",
          f"{public_ci.estimate:.3f} ({public_ci.low:.3f}-{public_ci.high:.3f})"),
-        ("a randomly initialised network", "0.036",
+        ("a randomly initialised network", f"{paper.value('random_init_overlap'):.3f}",
          f"{random_public:.3f} (EfficientNet-Lite0 vs its random init); random pairs {random_level:.3f}"),
-        ("label-supervised models differing only in seed", "0.062-0.100",
-         value_range(pair_values(names_of("supervised_multilabel")))),
-        ("self-supervised pairs (same objective, other seed)", "0.411-0.802", value_range(ssl_values)),
+        ("label-supervised models differing only in seed",
+         f"{paper.value('supervised_seed_overlap_low'):.3f}-{paper.value('supervised_seed_overlap_high'):.3f}",
+         value_range(within_objective("supervised_multilabel"))),
+        ("self-supervised pairs (same objective, other seed)",
+         f"{paper.value('ssl_pair_overlap_low'):.3f}-{paper.value('ssl_pair_overlap_high'):.3f}", value_range(ssl_values)),
         ("chance k/(N-1)", "", f"{chance:.4f}"),
     ],
     columns=["quantity", "paper (CRS-Bench)", "this run (phantom)"],
@@ -178,10 +187,10 @@ headline
 public_per_image = per_image[public_pair]
 finding_columns = [c for c in manifest.columns if c.startswith("finding_")]
 factors = ["source", "view"] + finding_columns
-shares = agreement.overlap_variance_shares(public_per_image.to_numpy(), manifest, columns=factors,
+shares = subgroups.overlap_variance_shares(public_per_image.to_numpy(), manifest, columns=factors,
                                            n_resamples=min(n_resamples, 200), random_state=seed)
 shares.to_csv(results / "variance_shares.csv", index=False)
-by_level = agreement.overlap_by_subgroup(public_per_image.to_numpy(), manifest, columns=["source", "view"],
+by_level = subgroups.overlap_by_subgroup(public_per_image.to_numpy(), manifest, columns=["source", "view"],
                                          groups=groups, n_resamples=n_resamples, random_state=seed)
 by_level.to_csv(results / "overlap_by_subgroup.csv", index=False)
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -211,7 +220,7 @@ shares.round(4)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of each pair of models against the difference of their linear-probe AUROCs.", "name": "fig-02-12"}, "image": {"alt": "Scatter plot of pairwise overlap against the difference in probe accuracy"}}
 probe = pd.DataFrame({
-    name: agreement.linear_probe_auroc(X, manifest[finding_columns], groups=groups, random_state=seed)
+    name: probes.linear_probe_auroc(X, manifest[finding_columns], groups=groups, random_state=seed)
     for name, X in embeddings.items()
 }).T
 probe["mean AUROC"] = probe.mean(axis=1)
@@ -250,23 +259,18 @@ probe[["mean AUROC"]].sort_values("mean AUROC", ascending=False).round(3).T
 # the same neighbours, more than models trained with different objectives?
 
 # %% tags=["hide-input"]
-zoo_info = info[~info["name"].str.contains(":")].rename(columns={"architecture": "size"})
 convergence = agreement.convergence_table(matrix.loc[zoo_info["name"], zoo_info["name"]], zoo_info)
 convergence.to_csv(results / "convergence.csv", index=False)
 convergence.round(3)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of models that differ only in seed, and of models that differ in objective.", "name": "fig-02-15"}, "image": {"alt": "Strip plot of overlaps within and across training objectives"}}
-within = []
-for (objective, size), rows in zoo_info.groupby(["objective", "size"]):
-    for a, b in combinations(rows["name"], 2):
-        within.append({"objective": objective, "size": size, "overlap": matrix.loc[a, b], "pair": "same objective, other seed"})
-across = []
-seed0 = zoo_info[zoo_info["seed"] == 0]
-for (_, a), (_, b) in combinations(seed0.iterrows(), 2):
-    if a["size"] == b["size"] and a["objective"] != b["objective"]:
-        across.append({"objective": a["objective"], "size": a["size"], "overlap": matrix.loc[a["name"], b["name"]],
-                       "pair": "other objective"})
-pairs = pd.DataFrame(within + across)
+same_objective = zoo_pairs["objective_a"] == zoo_pairs["objective_b"]
+first_seeds = (zoo_pairs["seed_a"] == 0) & (zoo_pairs["seed_b"] == 0)
+pairs = pd.concat([
+    zoo_pairs[same_objective].sort_values(["objective_a", "architecture"], kind="stable")
+    .assign(objective=lambda t: t["objective_a"], pair="same objective, other seed"),
+    zoo_pairs[~same_objective & first_seeds].assign(objective=lambda t: t["objective_a"], pair="other objective"),
+])
 fig, ax = plt.subplots(figsize=(8, 3.8))
 sns.stripplot(data=pairs, y="objective", x="overlap", hue="pair", dodge=True, ax=ax, size=5)
 ax.axvline(chance, color="grey", linestyle=":")
@@ -284,14 +288,13 @@ plt.show()
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Other similarity measures (debiased CKA, CKNNA, Jaccard) and the overlap as k grows.", "name": "fig-02-17"}, "image": {"alt": "Heatmaps of other similarity measures and a line plot of overlap against k"}}
 rows = []
-for a, b in [public_pair, (names_of("supervised_multilabel")[0], names_of("supervised_multilabel")[1]),
-             (names_of("contrastive")[0], names_of("contrastive")[1])]:
+for a, b in [public_pair, first_pair("supervised_multilabel"), first_pair("contrastive")]:
     rows.append({
         "pair": f"{a} vs {b}",
         "mutual kNN overlap": matrix.loc[a, b],
-        "Jaccard kNN": agreement.jaccard_knn(embeddings[a], embeddings[b], k=k),
-        "debiased linear CKA": agreement.linear_cka(embeddings[a], embeddings[b]),
-        "CKNNA": agreement.cknna(embeddings[a], embeddings[b], k=k),
+        "Jaccard kNN": similarity.jaccard_knn(embeddings[a], embeddings[b], k=k),
+        "debiased linear CKA": similarity.linear_cka(embeddings[a], embeddings[b]),
+        "CKNNA": similarity.cknna(embeddings[a], embeddings[b], k=k),
     })
 metrics = pd.DataFrame(rows)
 metrics.to_csv(results / "similarity_metrics.csv", index=False)

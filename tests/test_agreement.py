@@ -9,6 +9,10 @@ import pandas as pd
 import pytest
 
 from crslib import agreement as ag
+from crslib import ann, probes
+from crslib import neighbors as nb
+from crslib import similarity as sim
+from crslib import subgroups as sg
 from crslib.errors import InputError
 
 
@@ -80,7 +84,7 @@ def test_duplicate_rows_twin_first_self_never():
     n = len(X)
     twin = np.r_[np.arange(150, 300), np.arange(150)]
     for backend in ("faiss", "torch"):
-        I = ag.knn_indices(X, k=5, backend=backend)
+        I = nb.knn_indices(X, k=5, backend=backend)
         assert np.array_equal(I[:, 0], twin)
         assert not (I == np.arange(n)[:, None]).any()
 
@@ -91,11 +95,11 @@ def test_same_group_neighbours_excluded():
     groups = np.repeat(np.arange(300), rng.integers(1, 5, 300))[:n]
     X = rng.normal(size=(n, 8))
     X[1::2] = X[::2] + 0.01 * rng.normal(size=(n // 2, 8))  # near-duplicates, often same patient
-    I = ag.knn_indices(X, k=10, exclude_groups=groups)
+    I = nb.knn_indices(X, k=10, exclude_groups=groups)
     assert not (groups[I] == groups[:, None]).any()
     assert np.array_equal(I, _brute_knn(X, 10, groups=groups))
     # without exclusion the same-patient near-duplicates come first
-    I0 = ag.knn_indices(X, k=10)
+    I0 = nb.knn_indices(X, k=10)
     assert (groups[I0[:, 0]] == groups).mean() > 0.4
 
 
@@ -103,10 +107,10 @@ def test_group_exclusion_widens_for_large_groups():
     rng = _rng(5)
     X = rng.normal(size=(120, 4))
     groups = np.r_[np.zeros(100), np.arange(1, 21)]  # one group of 100 rows
-    I = ag.knn_indices(X, k=15, exclude_groups=groups)
+    I = nb.knn_indices(X, k=15, exclude_groups=groups)
     assert np.array_equal(I, _brute_knn(X, 15, groups=groups))
     with pytest.raises(InputError, match="group 0.0 has 100 of N=120 images, leaving 20 < k=25"):
-        ag.knn_indices(X, k=25, exclude_groups=groups)
+        nb.knn_indices(X, k=25, exclude_groups=groups)
 
 
 # --------------------------------------------------------------------------- kNN engine
@@ -121,7 +125,7 @@ def test_faiss_and_torch_agree_with_brute_force(metric):
     ref = _brute_knn(X, 12, metric)
     for backend in ("faiss", "torch"):
         for batch_size in (None, 13):
-            I = ag.knn_indices(X, k=12, metric=metric, backend=backend, batch_size=batch_size)
+            I = nb.knn_indices(X, k=12, metric=metric, backend=backend, batch_size=batch_size)
             assert I.dtype == np.int64 and I.shape == (350, 12)
             assert np.array_equal(I, ref), (backend, batch_size)
 
@@ -131,8 +135,8 @@ def test_faiss_and_torch_agree_on_clustered_data_with_groups():
     centers = rng.normal(size=(20, 32))
     X = centers[rng.integers(0, 20, 3000)] + 0.3 * rng.normal(size=(3000, 32))
     groups = rng.integers(0, 1000, 3000)
-    a, sa = ag.knn_indices(X, k=10, exclude_groups=groups, backend="faiss", return_similarity=True)
-    b, sb = ag.knn_indices(X, k=10, exclude_groups=groups, backend="torch", return_similarity=True)
+    a, sa = nb.knn_indices(X, k=10, exclude_groups=groups, backend="faiss", return_similarity=True)
+    b, sb = nb.knn_indices(X, k=10, exclude_groups=groups, backend="torch", return_similarity=True)
     assert np.array_equal(a, b)
     np.testing.assert_allclose(sa, sb, atol=1e-5)
     assert np.all(np.diff(sa, axis=1) <= 1e-6)  # closest first
@@ -152,17 +156,17 @@ def test_tie_breaking_constant_blocks():
     expected = np.array(expected)
     for backend in ("faiss", "torch"):
         for batch_size in (None, 5):
-            I = ag.knn_indices(X, k=k, backend=backend, batch_size=batch_size)
+            I = nb.knn_indices(X, k=k, backend=backend, batch_size=batch_size)
             assert np.array_equal(I, expected), (backend, batch_size)
     Xp = X[rng.permutation(len(X))]
-    assert np.array_equal(ag.knn_indices(Xp, k=k), ag.knn_indices(Xp, k=k, backend="torch"))
+    assert np.array_equal(nb.knn_indices(Xp, k=k), nb.knn_indices(Xp, k=k, backend="torch"))
 
 
 def test_input_not_modified_and_memory_linear():
     X = _rng(9).normal(size=(5000, 16)).astype(np.float32)
     before = X.copy()
     tracemalloc.start()
-    ag.knn_indices(X, k=10, backend="faiss")
+    nb.knn_indices(X, k=10, backend="faiss")
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert np.array_equal(X, before)
@@ -172,25 +176,25 @@ def test_input_not_modified_and_memory_linear():
 def test_bad_input_messages():
     X = _rng(10).normal(size=(5, 3))
     with pytest.raises(InputError, match=r"k=5 must be smaller than the number of images N=5"):
-        ag.knn_indices(X, k=5)
+        nb.knn_indices(X, k=5)
     with pytest.raises(InputError, match="k=0 must be at least 1"):
-        ag.knn_indices(X, k=0)
+        nb.knn_indices(X, k=0)
     bad = X.copy()
     bad[[1, 3], 0] = np.nan
     bad[4, 2] = np.inf
     with pytest.raises(InputError, match=r"NaN or infinite values in 3 row\(s\), first rows \[1, 3, 4\]"):
-        ag.knn_indices(bad, k=2)
+        nb.knn_indices(bad, k=2)
     zero = X.copy()
     zero[2] = 0
     with pytest.raises(InputError, match=r"all-zero row\(s\) \(first \[2\]\)"):
-        ag.knn_indices(zero, k=2)
-    assert ag.knn_indices(zero, k=2, metric="ip").shape == (5, 2)  # fine without normalisation
+        nb.knn_indices(zero, k=2)
+    assert nb.knn_indices(zero, k=2, metric="ip").shape == (5, 2)  # fine without normalisation
     with pytest.raises(InputError, match="row counts differ"):
         ag.mutual_knn_overlap(X, X[:4], k=2)
     with pytest.raises(InputError, match="2-D"):
-        ag.knn_indices(X[0], k=1)
+        nb.knn_indices(X[0], k=1)
     with pytest.raises(InputError, match="metric"):
-        ag.knn_indices(X, k=1, metric="manhattan")
+        nb.knn_indices(X, k=1, metric="manhattan")
     with pytest.raises(InputError, match="model 'b'"):
         ag.agreement_matrix({"a": X, "b": zero}, k=2)
     with pytest.raises(InputError, match="repeats a neighbour"):
@@ -210,16 +214,16 @@ def test_agreement_matrix_matches_pairs_and_searches_once_per_model(monkeypatch)
         "random": rng.normal(size=(400, 12)),
     }
     calls = []
-    real = ag.knn_indices
+    real = nb.knn_indices
 
     def counting(X, **kw):
         calls.append(kw.get("k"))
         return real(X, **kw)
 
-    monkeypatch.setattr(ag, "knn_indices", counting)
+    monkeypatch.setattr(ann, "knn_indices", counting)
     A, per = ag.agreement_matrix(emb, k=10, return_per_image=True)
     assert len(calls) == 4
-    monkeypatch.setattr(ag, "knn_indices", real)
+    monkeypatch.setattr(ann, "knn_indices", real)
     names = list(emb)
     assert list(A.index) == names and list(A.columns) == names
     assert np.allclose(np.diag(A), 1.0) and np.allclose(A, A.T)
@@ -236,10 +240,10 @@ def test_overlap_from_indices_and_jaccard():
     I_b = np.array([[3, 2, 9], [7, 8, 9]])
     np.testing.assert_allclose(ag.overlap_from_indices(I_a, I_b), [2 / 3, 0])
     X = _rng(12).normal(size=(200, 6))
-    assert ag.jaccard_knn(X, 2 * X, k=5) == 1.0
+    assert sim.jaccard_knn(X, 2 * X, k=5) == 1.0
     Y = X + _rng(13).normal(size=(200, 6))
     per = ag.mutual_knn_overlap_per_image(X, Y, k=5)
-    assert ag.jaccard_knn(X, Y, k=5) == pytest.approx(np.mean(5 * per / (10 - 5 * per)))
+    assert sim.jaccard_knn(X, Y, k=5) == pytest.approx(np.mean(5 * per / (10 - 5 * per)))
 
 
 def test_k_sweep_and_chance():
@@ -254,8 +258,8 @@ def test_k_sweep_and_chance():
         ag.chance_overlap(10, 10)
     # prefixes equal separate searches
     for kv in (1, 5):
-        Ia = ag.knn_indices(X, k=10)[:, :kv]
-        assert np.array_equal(Ia, ag.knn_indices(X, k=kv))
+        Ia = nb.knn_indices(X, k=10)[:, :kv]
+        assert np.array_equal(Ia, nb.knn_indices(X, k=kv))
 
 
 def test_overlap_ci_over_patients_wider():
@@ -283,11 +287,11 @@ def test_linear_cka_invariances_and_independence():
     rng = _rng(16)
     X = rng.normal(size=(500, 20))
     Q, _ = np.linalg.qr(rng.normal(size=(20, 20)))
-    assert ag.linear_cka(X, 3.0 * X @ Q) == pytest.approx(1.0, abs=1e-9)
-    assert ag.linear_cka(X, 3.0 * X @ Q, debiased=False) == pytest.approx(1.0, abs=1e-9)
+    assert sim.linear_cka(X, 3.0 * X @ Q) == pytest.approx(1.0, abs=1e-9)
+    assert sim.linear_cka(X, 3.0 * X @ Q, debiased=False) == pytest.approx(1.0, abs=1e-9)
     Xi, Yi = rng.normal(size=(1000, 64)), rng.normal(size=(1000, 64))
-    assert abs(ag.linear_cka(Xi, Yi)) < 0.02
-    assert ag.linear_cka(Xi, Yi, debiased=False) > 0.03  # the bias the debiased estimator removes
+    assert abs(sim.linear_cka(Xi, Yi)) < 0.02
+    assert sim.linear_cka(Xi, Yi, debiased=False) > 0.03  # the bias the debiased estimator removes
 
 
 def test_linear_cka_matches_gram_formula():
@@ -296,7 +300,7 @@ def test_linear_cka_matches_gram_formula():
     Y = X @ rng.normal(size=(7, 5)) + rng.normal(size=(60, 5))
     K, L = X @ X.T, Y @ Y.T
     expected = _hsic_u(K, L) / np.sqrt(_hsic_u(K, K) * _hsic_u(L, L))
-    assert ag.linear_cka(X, Y) == pytest.approx(expected, rel=1e-9)
+    assert sim.linear_cka(X, Y) == pytest.approx(expected, rel=1e-9)
 
 
 def _cknna_dense(A, B, k):
@@ -324,11 +328,11 @@ def _cknna_dense(A, B, k):
 def test_cknna_identical_and_reference():
     rng = _rng(18)
     X = rng.normal(size=(300, 10))
-    assert ag.cknna(X, X, k=10) == pytest.approx(1.0, abs=1e-12)
+    assert sim.cknna(X, X, k=10) == pytest.approx(1.0, abs=1e-12)
     Y = X + 0.8 * rng.normal(size=(300, 10))
-    assert ag.cknna(X, Y, k=10) == pytest.approx(_cknna_dense(X, Y, 10), rel=1e-6)
+    assert sim.cknna(X, Y, k=10) == pytest.approx(_cknna_dense(X, Y, 10), rel=1e-6)
     with pytest.raises(InputError, match="k >= 2"):
-        ag.cknna(X, Y, k=1)
+        sim.cknna(X, Y, k=1)
 
 
 # --------------------------------------------------------------------------- subgroups
@@ -350,7 +354,7 @@ def test_variance_share_source_only():
     meta = _meta(n)
     effect = meta["source"].map({"siteA": 0.05, "siteB": 0.10, "siteC": 0.20, "siteD": 0.30}).to_numpy()
     per = effect + _rng(1).normal(0, 0.005, n)
-    t = ag.overlap_variance_shares(per, meta, columns=["source", "view", "effusion"], n_resamples=100).set_index("factor")
+    t = sg.overlap_variance_shares(per, meta, columns=["source", "view", "effusion"], n_resamples=100).set_index("factor")
     assert t.loc["source", "share_alone"] > 0.98
     assert t.loc["source", "share_unique"] > 0.97
     assert t.loc["view", "share_alone"] < 0.01 and t.loc["view", "share_unique"] < 0.01
@@ -363,15 +367,15 @@ def test_variance_share_source_only():
 def test_overlap_by_subgroup():
     meta = _meta(400, seed=2)
     per = np.where(meta["view"] == "PA", 0.3, 0.1)
-    t = ag.overlap_by_subgroup(per, meta, columns=["view", "source"], n_resamples=100)
+    t = sg.overlap_by_subgroup(per, meta, columns=["view", "source"], n_resamples=100)
     view = t[t.column == "view"].set_index("level")
     assert view.loc["PA", "mean"] == pytest.approx(0.3) and view.loc["AP", "mean"] == pytest.approx(0.1)
     assert view["n"].sum() == 400
     assert set(t[t.column == "source"].level) == {"siteA", "siteB", "siteC", "siteD"}
     with pytest.raises(InputError, match="no column"):
-        ag.overlap_by_subgroup(per, meta, columns=["sex"])
+        sg.overlap_by_subgroup(per, meta, columns=["sex"])
     with pytest.raises(InputError, match="rows"):
-        ag.overlap_by_subgroup(per[:10], meta, columns=["view"])
+        sg.overlap_by_subgroup(per[:10], meta, columns=["view"])
 
 
 # --------------------------------------------------------------------------- accuracy, convergence
@@ -389,14 +393,14 @@ def test_linear_probe_auroc_handles_degenerate_findings():
             "noise": rng.integers(0, 2, n),
         }
     )
-    auc = ag.linear_probe_auroc(X, labels, groups=patients, random_state=0)
+    auc = probes.linear_probe_auroc(X, labels, groups=patients, random_state=0)
     assert auc["effusion"] > 0.9
     assert np.isnan(auc["never"]) and "single class" in auc.attrs["reasons"]["never"]
     assert 0.35 < auc["noise"] < 0.65
     with pytest.raises(InputError, match="no finding could be evaluated"):
-        ag.linear_probe_auroc(X, labels[["never"]], groups=patients)
+        probes.linear_probe_auroc(X, labels[["never"]], groups=patients)
     with pytest.raises(InputError, match="0/1"):
-        ag.linear_probe_auroc(X, labels.assign(effusion=2), groups=patients)
+        probes.linear_probe_auroc(X, labels.assign(effusion=2), groups=patients)
 
 
 def test_accuracy_agreement_association():
@@ -417,7 +421,7 @@ def test_convergence_table():
             "name": ["sup0", "sup1", "sup2", "dino0", "dino1", "big_sup0"],
             "objective": ["supervised"] * 3 + ["dino"] * 2 + ["supervised"],
             "seed": [0, 1, 2, 0, 1, 0],
-            "size": ["small"] * 5 + ["large"],
+            "architecture": ["small"] * 5 + ["large"],
         }
     )
     names = info["name"].tolist()
@@ -426,7 +430,7 @@ def test_convergence_table():
     A = pd.DataFrame(vals, index=names, columns=names)
     for a, b, v in [("sup0", "sup1", 0.08), ("sup0", "sup2", 0.10), ("sup1", "sup2", 0.06), ("dino0", "dino1", 0.6)]:
         A.loc[a, b] = A.loc[b, a] = v
-    t = ag.convergence_table(A, info).set_index(["size", "objective"])
+    t = ag.convergence_table(A, info).set_index(["architecture", "objective"])
     assert t.loc[("small", "supervised"), "within_mean"] == pytest.approx(0.08)
     assert t.loc[("small", "supervised"), "within_min"] == pytest.approx(0.06)
     assert t.loc[("small", "supervised"), "n_across"] == 6
@@ -435,6 +439,17 @@ def test_convergence_table():
     assert t.loc[("large", "supervised"), "n_within"] == 0
     with pytest.raises(InputError, match="lacks column"):
         ag.convergence_table(A, info.drop(columns="seed"))
+    pairs = ag.convergence_pairs(A, info)
+    assert len(pairs) == 10  # C(5, 2) small pairs; big_sup0 has no partner of its architecture
+    assert "big_sup0" not in set(pairs["model_a"]) | set(pairs["model_b"])
+    row = pairs[(pairs.model_a == "sup0") & (pairs.model_b == "sup2")].iloc[0]
+    assert row["overlap"] == pytest.approx(0.10) and (row["seed_a"], row["seed_b"]) == (0, 2)
+    assert row["objective_a"] == row["objective_b"] == "supervised"
+    # the table is the pairs, aggregated
+    sup = pairs[(pairs.objective_a == "supervised") & (pairs.objective_b == "supervised")]
+    assert t.loc[("small", "supervised"), "within_max"] == sup["overlap"].max()
+    with pytest.raises(InputError, match="no row for model"):
+        ag.convergence_pairs(A, info.iloc[1:])
 
 
 # --------------------------------------------------------------------------- known answers that kill mutants
@@ -456,7 +471,7 @@ def test_group_exclusion_applies_to_both_models():
     expected = np.array([len(set(a) & set(b)) / 5 for a, b in zip(A, B)])
     got = ag.mutual_knn_overlap_per_image(X, Y, k=5, exclude_groups=groups)
     assert np.allclose(got, expected)
-    assert ag.jaccard_knn(X, X, k=5, exclude_groups=groups) == 1.0
+    assert sim.jaccard_knn(X, X, k=5, exclude_groups=groups) == 1.0
 
 
 def test_permutation_null_equals_overlap_with_shuffled_rows():

@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 
 from crslib import agreement as ag
+from crslib import ann
+from crslib import neighbors as nb
 from crslib.cluster import open_client
 from crslib.errors import InputError
 
@@ -17,7 +19,7 @@ def _rng(seed=0):
 def _clustered(n, d=64, n_centres=200, spread=1.5, seed=0):
     """Gaussian clusters that overlap (spread 1.5 in d=64): neighbours are mostly,
     not only, cluster mates. The data behind the default ``nprobe`` (see
-    ``crslib.agreement._ivf_params``)."""
+    ``crslib.ann._ivf_params``)."""
     rng = _rng(seed)
     centres = rng.normal(size=(n_centres, d))
     labels = rng.integers(0, n_centres, n)
@@ -36,8 +38,8 @@ def big():
     return {
         "X": X,
         "groups": groups,
-        "exact": ag.knn_indices(X, k=10),
-        "exact_groups": ag.knn_indices(X, k=10, exclude_groups=groups),
+        "exact": nb.knn_indices(X, k=10),
+        "exact_groups": nb.knn_indices(X, k=10, exclude_groups=groups),
     }
 
 
@@ -57,32 +59,32 @@ def test_queries_give_the_rows_of_the_full_result(metric):
     X = rng.normal(size=(3000, 16))
     groups = rng.integers(0, 400, 3000)
     for exclude in (None, groups):
-        full, sim = ag.knn_indices(X, k=10, metric=metric, exclude_groups=exclude, return_similarity=True)
+        full, sim = nb.knn_indices(X, k=10, metric=metric, exclude_groups=exclude, return_similarity=True)
         q = rng.permutation(3000)[:700]  # unsorted, with consecutive runs by chance
-        part, part_sim = ag.knn_indices(
+        part, part_sim = nb.knn_indices(
             X, k=10, metric=metric, exclude_groups=exclude, queries=q, return_similarity=True
         )
         np.testing.assert_array_equal(part, full[q])
         np.testing.assert_array_equal(part_sim, sim[q])
     # a shuffled contiguous block (first - last + 1 == size, yet not in order)
     q = np.array([4, 6, 5, 7])
-    np.testing.assert_array_equal(ag.knn_indices(X, k=5, queries=q), ag.knn_indices(X, k=5)[q])
-    assert ag.knn_indices(X, k=5, queries=[]).shape == (0, 5)
-    np.testing.assert_array_equal(ag.knn_indices(X, k=5, queries=range(3000)), ag.knn_indices(X, k=5))
+    np.testing.assert_array_equal(nb.knn_indices(X, k=5, queries=q), nb.knn_indices(X, k=5)[q])
+    assert nb.knn_indices(X, k=5, queries=[]).shape == (0, 5)
+    np.testing.assert_array_equal(nb.knn_indices(X, k=5, queries=range(3000)), nb.knn_indices(X, k=5))
 
 
 def test_bad_queries_raise():
     X = _rng(2).normal(size=(50, 4))
     with pytest.raises(InputError, match=r"out of range, first \[50\]"):
-        ag.knn_indices(X, k=3, queries=[0, 50])
+        nb.knn_indices(X, k=3, queries=[0, 50])
     with pytest.raises(InputError, match=r"out of range, first \[-1\]"):
-        ag.knn_indices(X, k=3, queries=[-1, 2])
+        nb.knn_indices(X, k=3, queries=[-1, 2])
     with pytest.raises(InputError, match=r"unique; repeated rows \[3\]"):
-        ag.knn_indices(X, k=3, queries=[3, 1, 3])
+        nb.knn_indices(X, k=3, queries=[3, 1, 3])
     with pytest.raises(InputError, match="1-D"):
-        ag.knn_indices(X, k=3, queries=[[0, 1], [2, 3]])
+        nb.knn_indices(X, k=3, queries=[[0, 1], [2, 3]])
     with pytest.raises(InputError, match="integer"):
-        ag.knn_indices(X, k=3, queries=[0.0, 1.0])
+        nb.knn_indices(X, k=3, queries=[0.0, 1.0])
 
 
 # --------------------------------------------------------------------------- recall
@@ -102,9 +104,9 @@ def test_recall_with_known_neighbours():
     k = 10
     X, labels = _known_neighbours(k)
     n = len(X)
-    exact = ag.knn_indices(X, k=k)
+    exact = nb.knn_indices(X, k=k)
     assert (labels[exact] == labels[:, None]).all()  # the construction holds
-    res = ag.knn_recall(X, exact)
+    res = ann.knn_recall(X, exact)
     assert res.recall == 1.0 and (res.ci_low, res.ci_high) == (1.0, 1.0)
     assert res.n_sample == n and res.k == k and res.per_query.shape == (n,)
 
@@ -115,27 +117,27 @@ def test_recall_with_known_neighbours():
     for i in range(0, n, 2):
         others = np.flatnonzero(labels != labels[i])
         wrong[i, rng.choice(k, 3, replace=False)] = rng.choice(others, 3, replace=False)
-    res = ag.knn_recall(X, wrong)
+    res = ann.knn_recall(X, wrong)
     assert res.recall == pytest.approx(0.85, abs=1e-12)
     np.testing.assert_array_equal(np.round(res.per_query * k), np.where(np.arange(n) % 2 == 0, 7, 10))
     assert res.ci_low == res.ci_high == res.recall  # every row compared: no sampling error
 
     # a sample: the estimate varies, its interval covers the truth
-    part = ag.knn_recall(X, wrong, sample=300, random_state=1)
+    part = ann.knn_recall(X, wrong, sample=300, random_state=1)
     assert part.n_sample == 300 and np.all(np.diff(part.rows) > 0)
     assert part.ci_low < part.recall < part.ci_high and part.ci_low <= 0.85 <= part.ci_high
     np.testing.assert_array_equal(part.per_query, res.per_query[part.rows])
     # a perfect sample still has an interval below 1
-    perfect = ag.knn_recall(X, exact, sample=300)
+    perfect = ann.knn_recall(X, exact, sample=300)
     assert perfect.recall == 1.0 and 0.98 < perfect.ci_low < 1.0
 
     # k: compare the first k columns only
-    wide = ag.knn_indices(X, k=15)
-    assert ag.knn_recall(X, wide, k=10).recall == 1.0
+    wide = nb.knn_indices(X, k=15)
+    assert ann.knn_recall(X, wide, k=10).recall == 1.0
     with pytest.raises(InputError, match="exceeds"):
-        ag.knn_recall(X, exact, k=11)
+        ann.knn_recall(X, exact, k=11)
     with pytest.raises(InputError, match="row counts differ"):
-        ag.knn_recall(X, exact[:-1])
+        ann.knn_recall(X, exact[:-1])
 
 
 # --------------------------------------------------------------------------- approximate search
@@ -154,12 +156,12 @@ def _check_valid(I, n, k, groups=None):
 def test_ivf_recall_determinism_and_groups(big):
     X, groups = big["X"], big["groups"]
     n = len(X)
-    I, sim = ag.approximate_knn_indices(X, k=10, method="ivf", return_similarity=True)
+    I, sim = ann.approximate_knn_indices(X, k=10, method="ivf", return_similarity=True)
     _check_valid(I, n, 10)
     assert _recall(I, big["exact"]) >= 0.9
     assert (np.diff(sim, axis=1) <= 0).all()  # closest first
-    np.testing.assert_array_equal(I, ag.approximate_knn_indices(X, k=10, method="ivf"))
-    G = ag.approximate_knn_indices(X, k=10, method="ivf", exclude_groups=groups)
+    np.testing.assert_array_equal(I, ann.approximate_knn_indices(X, k=10, method="ivf"))
+    G = ann.approximate_knn_indices(X, k=10, method="ivf", exclude_groups=groups)
     _check_valid(G, n, 10, groups)
     assert _recall(G, big["exact_groups"]) >= 0.9
 
@@ -167,10 +169,10 @@ def test_ivf_recall_determinism_and_groups(big):
 def test_hnsw_recall_and_groups(big):
     X, groups = big["X"], big["groups"]
     n = len(X)
-    I = ag.approximate_knn_indices(X, k=10, method="hnsw")
+    I = ann.approximate_knn_indices(X, k=10, method="hnsw")
     _check_valid(I, n, 10)
     assert _recall(I, big["exact"]) >= 0.9
-    G = ag.approximate_knn_indices(X, k=10, method="hnsw", exclude_groups=groups)
+    G = ann.approximate_knn_indices(X, k=10, method="hnsw", exclude_groups=groups)
     _check_valid(G, n, 10, groups)
     assert _recall(G, big["exact_groups"]) >= 0.9
 
@@ -178,43 +180,43 @@ def test_hnsw_recall_and_groups(big):
 def test_ivfpq_reranks_exactly_and_finds_the_neighbours(big):
     X, groups = big["X"], big["groups"]
     n = len(X)
-    I, sim = ag.approximate_knn_indices(X, k=10, method="ivfpq", return_similarity=True)
+    I, sim = ann.approximate_knn_indices(X, k=10, method="ivfpq", return_similarity=True)
     _check_valid(I, n, 10)
     # these overlapping clusters are hard for 8-byte codes: more re-ranking helps
     assert _recall(I, big["exact"]) >= 0.85
-    assert _recall(ag.approximate_knn_indices(X, k=10, method="ivfpq", refine_factor=16), big["exact"]) >= 0.9
+    assert _recall(ann.approximate_knn_indices(X, k=10, method="ivfpq", refine_factor=16), big["exact"]) >= 0.9
     # the codes only pick candidates: the scores returned are the exact cosines
     Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
     np.testing.assert_allclose(sim, np.einsum("ikj,ij->ik", Xn[I], Xn), atol=1e-5)
     assert (np.diff(sim, axis=1) <= 0).all()
-    np.testing.assert_array_equal(I, ag.approximate_knn_indices(X, k=10, method="ivfpq"))
-    G = ag.approximate_knn_indices(X, k=10, method="ivfpq", exclude_groups=groups)
+    np.testing.assert_array_equal(I, ann.approximate_knn_indices(X, k=10, method="ivfpq"))
+    G = ann.approximate_knn_indices(X, k=10, method="ivfpq", exclude_groups=groups)
     _check_valid(G, n, 10, groups)
     assert _recall(G, big["exact_groups"]) >= 0.85
     # with every list probed and every row a candidate, nothing is approximate
     small = X[:PQ_ROWS]
-    full = ag.approximate_knn_indices(small, k=10, method="ivfpq", nlist=16, nprobe=16, refine_factor=PQ_ROWS)
-    np.testing.assert_array_equal(full, ag.knn_indices(small, k=10))
+    full = ann.approximate_knn_indices(small, k=10, method="ivfpq", nlist=16, nprobe=16, refine_factor=PQ_ROWS)
+    np.testing.assert_array_equal(full, nb.knn_indices(small, k=10))
 
 
-PQ_ROWS = ag.PQ_MIN_ROWS
+PQ_ROWS = ann.PQ_MIN_ROWS
 
 
 def test_ivfpq_euclidean_and_too_few_rows():
     X = _clustered(PQ_ROWS, d=32, n_centres=500, spread=0.5, seed=12)  # ~20 per cluster, as in images
-    I, dist = ag.approximate_knn_indices(X, k=10, metric="euclidean", method="ivfpq", return_similarity=True)
+    I, dist = ann.approximate_knn_indices(X, k=10, metric="euclidean", method="ivfpq", return_similarity=True)
     _check_valid(I, len(X), 10)
     np.testing.assert_allclose(dist, np.linalg.norm(X[I] - X[:, None, :], axis=2), rtol=1e-4)
-    assert _recall(I, ag.knn_indices(X, k=10, metric="euclidean")) >= 0.98
+    assert _recall(I, nb.knn_indices(X, k=10, metric="euclidean")) >= 0.98
     with pytest.raises(InputError, match="at least 9,984 images"):
-        ag.approximate_knn_indices(X[:-1], method="ivfpq")
+        ann.approximate_knn_indices(X[:-1], method="ivfpq")
     with pytest.raises(InputError, match="refine_factor"):
-        ag.approximate_knn_indices(X, method="ivfpq", refine_factor=0)
+        ann.approximate_knn_indices(X, method="ivfpq", refine_factor=0)
 
 
 @pytest.mark.parametrize(("d", "m"), [(512, 64), (768, 96), (64, 8), (100, 20), (7, 1), (24, 3)])
 def test_pq_subquantizers_divide_the_dimension(d, m):
-    assert ag._pq_subquantizers(d) == m and d % m == 0
+    assert ann._pq_subquantizers(d) == m and d % m == 0
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "ip"])
@@ -225,13 +227,13 @@ def test_approximate_other_metrics_and_whole_cluster_groups(metric):
     labels = rng.integers(0, 30, 3000)
     X = 3 * rng.normal(size=(30, 16))[labels] + rng.normal(size=(3000, 16))
     for method in ("ivf", "hnsw"):
-        I, dist = ag.approximate_knn_indices(
+        I, dist = ann.approximate_knn_indices(
             X, k=10, metric=metric, exclude_groups=labels, method=method, return_similarity=True
         )
         _check_valid(I, 3000, 10, labels)
         if metric == "euclidean":
             assert (np.diff(dist, axis=1) >= 0).all()
-        E = ag.knn_indices(X, k=10, metric=metric, exclude_groups=labels)
+        E = nb.knn_indices(X, k=10, metric=metric, exclude_groups=labels)
         assert _recall(I, E) >= 0.8
 
 
@@ -245,38 +247,38 @@ def test_hnsw_short_rows_fall_back_to_exact(monkeypatch):
         def search(self, Q, kk):
             return np.full((len(Q), kk), -np.inf, np.float32), np.full((len(Q), kk), -1, np.int64)
 
-    monkeypatch.setattr(ag, "_build_approx_index", lambda *a, **kw: (Blind(), None))
+    monkeypatch.setattr(ann, "_build_approx_index", lambda *a, **kw: (Blind(), None))
     X = _rng(7).normal(size=(200, 8))
-    I, info = ag.knn_search(X, k=5, index="hnsw")
-    np.testing.assert_array_equal(I, ag.knn_indices(X, k=5))
+    I, info = ann.knn_search(X, k=5, index="hnsw")
+    np.testing.assert_array_equal(I, nb.knn_indices(X, k=5))
     assert info["params"]["exact_fallback_rows"] == 200 and info["recall"] == 1.0
 
 
 def test_approximate_bad_input():
     X = _rng(8).normal(size=(100, 4))
     with pytest.raises(InputError, match="method"):
-        ag.approximate_knn_indices(X, method="lsh")
+        ann.approximate_knn_indices(X, method="lsh")
     with pytest.raises(InputError, match="nprobe"):
-        ag.approximate_knn_indices(X, nprobe=0)
+        ann.approximate_knn_indices(X, nprobe=0)
     with pytest.raises(InputError, match="nlist=500 must not exceed"):
-        ag.approximate_knn_indices(X, nlist=500)
+        ann.approximate_knn_indices(X, nlist=500)
     with pytest.raises(InputError, match="k=100 must be smaller"):
-        ag.approximate_knn_indices(X, k=100)
+        ann.approximate_knn_indices(X, k=100)
 
 
 # --------------------------------------------------------------------------- overlap error bound
 
 
 def test_overlap_error_bound_formula():
-    assert ag.overlap_error_bound(0.9, 0.8) == pytest.approx(0.3)
-    assert ag.overlap_error_bound(1.0, 1) == 0.0
-    assert ag.overlap_error_bound(0.2, 0.3) == 1.0  # an overlap cannot move by more than 1
-    res = ag.RecallResult(recall=0.95, ci_low=0.93, ci_high=0.97, n_sample=100, k=10,
+    assert ann.overlap_error_bound(0.9, 0.8) == pytest.approx(0.3)
+    assert ann.overlap_error_bound(1.0, 1) == 0.0
+    assert ann.overlap_error_bound(0.2, 0.3) == 1.0  # an overlap cannot move by more than 1
+    res = ann.RecallResult(recall=0.95, ci_low=0.93, ci_high=0.97, n_sample=100, k=10,
                           per_query=np.zeros(0), rows=np.zeros(0, int), n=1000)
-    assert ag.overlap_error_bound(res, 1.0) == pytest.approx(0.07)  # the conservative lower end
+    assert ann.overlap_error_bound(res, 1.0) == pytest.approx(0.07)  # the conservative lower end
     for bad in (1.5, -0.1, "0.9", True, None):
         with pytest.raises(InputError):
-            ag.overlap_error_bound(bad, 1.0)
+            ann.overlap_error_bound(bad, 1.0)
 
 
 def test_overlap_error_bound_holds_empirically():
@@ -284,20 +286,20 @@ def test_overlap_error_bound_holds_empirically():
     Xa = _clustered(5000, d=32, n_centres=50, seed=9)
     Xb = Xa + 1.5 * rng.normal(size=Xa.shape).astype(np.float32)
     k = 10
-    Ea, Eb = ag.knn_indices(Xa, k=k), ag.knn_indices(Xb, k=k)
+    Ea, Eb = nb.knn_indices(Xa, k=k), nb.knn_indices(Xb, k=k)
     # a deliberately poor IVF (few probes) so the bound is not trivially 0
-    Aa = ag.approximate_knn_indices(Xa, k=k, nlist=64, nprobe=1)
-    Ab = ag.approximate_knn_indices(Xb, k=k, nlist=64, nprobe=1)
-    ra, rb = ag.knn_recall(Xa, Aa), ag.knn_recall(Xb, Ab)  # all rows: the true recall
+    Aa = ann.approximate_knn_indices(Xa, k=k, nlist=64, nprobe=1)
+    Ab = ann.approximate_knn_indices(Xb, k=k, nlist=64, nprobe=1)
+    ra, rb = ann.knn_recall(Xa, Aa), ann.knn_recall(Xb, Ab)  # all rows: the true recall
     assert ra.recall < 0.98 and rb.recall < 0.98
     exact_ov = ag.overlap_from_indices(Ea, Eb)
     approx_ov = ag.overlap_from_indices(Aa, Ab)
-    bound = ag.overlap_error_bound(ra.recall, rb.recall)
+    bound = ann.overlap_error_bound(ra.recall, rb.recall)
     assert abs(approx_ov.mean() - exact_ov.mean()) <= bound
     # and per image: the change is at most (miss_a + miss_b) / k
     assert (np.abs(approx_ov - exact_ov) <= (1 - ra.per_query) + (1 - rb.per_query) + 1e-12).all()
     # one approximate model, one exact
-    assert abs(ag.overlap_from_indices(Aa, Eb).mean() - exact_ov.mean()) <= ag.overlap_error_bound(ra, 1.0)
+    assert abs(ag.overlap_from_indices(Aa, Eb).mean() - exact_ov.mean()) <= ann.overlap_error_bound(ra, 1.0)
 
 
 # --------------------------------------------------------------------------- knn_search and agreement_matrix
@@ -305,46 +307,46 @@ def test_overlap_error_bound_holds_empirically():
 
 def test_knn_search_auto_threshold():
     X = _clustered(5000, d=32, n_centres=50, seed=10)
-    I, info = ag.knn_search(X, k=10)
+    I, info = ann.knn_search(X, k=10)
     assert info["index"] == "exact" and info["recall"] is None and info["recall_ci"] is None
     assert info["n"] == 5000 and info["k"] == 10 and info["seconds"] >= 0
-    np.testing.assert_array_equal(I, ag.knn_indices(X, k=10))
+    np.testing.assert_array_equal(I, nb.knn_indices(X, k=10))
 
-    J, info = ag.knn_search(X, k=10, threshold=1000, recall_sample=1000)
+    J, info = ann.knn_search(X, k=10, threshold=1000, recall_sample=1000)
     assert info["index"] == "ivf" and info["recall_sample"] == 1000
     lo, hi = info["recall_ci"]
     assert 0 <= lo <= info["recall"] <= hi <= 1 and lo < hi
     assert info["params"]["nlist"] == 128 and info["params"]["nprobe"] == 16  # 5000 // 39, max(16, 128 // 16)
-    np.testing.assert_array_equal(J, ag.approximate_knn_indices(X, k=10))  # same defaults, same seed
-    assert info["recall"] == ag.knn_recall(X, J, sample=1000).recall
+    np.testing.assert_array_equal(J, ann.approximate_knn_indices(X, k=10))  # same defaults, same seed
+    assert info["recall"] == ann.knn_recall(X, J, sample=1000).recall
 
     # above PQ_MIN_ROWS rows "auto" takes the compressed index
     Y = _clustered(PQ_ROWS, d=32, n_centres=500, spread=0.5, seed=10)
-    K, info = ag.knn_search(Y, k=10, threshold=1000, recall_sample=500)
+    K, info = ann.knn_search(Y, k=10, threshold=1000, recall_sample=500)
     assert info["index"] == "ivfpq" and info["recall"] >= 0.9
     assert info["params"]["pq_m"] == 4 and info["params"]["refine_factor"] == 8
-    np.testing.assert_array_equal(K, ag.approximate_knn_indices(Y, k=10, method="ivfpq"))
+    np.testing.assert_array_equal(K, ann.approximate_knn_indices(Y, k=10, method="ivfpq"))
 
-    _, info = ag.knn_search(X, k=10, index="hnsw", recall_sample=50_000)
+    _, info = ann.knn_search(X, k=10, index="hnsw", recall_sample=50_000)
     assert info["index"] == "hnsw" and info["recall_sample"] == 5000
     assert info["recall_ci"] == [info["recall"], info["recall"]]
     with pytest.raises(InputError, match="index must be one of"):
-        ag.knn_search(X, index="annoy")
+        ann.knn_search(X, index="annoy")
     with pytest.raises(InputError, match="threshold"):
-        ag.knn_search(X, threshold=-1)
+        ann.knn_search(X, threshold=-1)
     with pytest.raises(InputError, match="recall_sample"):
-        ag.knn_search(X, index="ivf", recall_sample=0)
+        ann.knn_search(X, index="ivf", recall_sample=0)
 
 
 def test_nprobe_reaches_the_search_and_trades_recall():
     X = _clustered(5000, d=32, n_centres=50, seed=13)
-    _, few = ag.knn_search(X, k=10, index="ivf", nprobe=1, recall_sample=1000)
-    _, many = ag.knn_search(X, k=10, index="ivf", nprobe=64, recall_sample=1000)
+    _, few = ann.knn_search(X, k=10, index="ivf", nprobe=1, recall_sample=1000)
+    _, many = ann.knn_search(X, k=10, index="ivf", nprobe=64, recall_sample=1000)
     assert few["params"]["nprobe"] == 1 and many["params"]["nprobe"] == 64
     assert few["recall"] < many["recall"]
     A = ag.agreement_matrix({"a": X, "b": X[:, ::-1].copy()}, k=10, index="ivf", nprobe=2, recall_sample=500)
     assert {s["params"]["nprobe"] for s in A.attrs["search"].values()} == {2}
-    _, exact = ag.knn_search(X, k=10, nprobe=2)  # below the threshold: exact, nprobe unused
+    _, exact = ann.knn_search(X, k=10, nprobe=2)  # below the threshold: exact, nprobe unused
     assert exact["index"] == "exact" and exact["params"] is None
     for bad in (0, -1, 2.5, True):
         with pytest.raises(InputError, match="nprobe"):
@@ -396,13 +398,13 @@ def test_knn_search_on_dask_equals_in_process(client):
     rng = _rng(12)
     X = rng.normal(size=(3000, 16))
     groups = rng.integers(0, 600, 3000)
-    local, info = ag.knn_search(X, k=10, exclude_groups=groups)
+    local, info = ann.knn_search(X, k=10, exclude_groups=groups)
     for block in (700, None):  # uneven blocks; the default size
-        shards, dinfo = ag.knn_search(X, k=10, exclude_groups=groups, client=client, query_block=block)
+        shards, dinfo = ann.knn_search(X, k=10, exclude_groups=groups, client=client, query_block=block)
         np.testing.assert_array_equal(shards, local)
         assert dinfo["index"] == "exact"
-    local, info = ag.knn_search(X, k=10, index="ivf", recall_sample=500)
-    remote, rinfo = ag.knn_search(X, k=10, index="ivf", recall_sample=500, client=client)
+    local, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500)
+    remote, rinfo = ann.knn_search(X, k=10, index="ivf", recall_sample=500, client=client)
     np.testing.assert_array_equal(remote, local)
     assert rinfo["recall"] == info["recall"] and rinfo["recall_ci"] == info["recall_ci"]
 

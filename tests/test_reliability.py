@@ -134,7 +134,7 @@ def test_a_single_class_in_a_split_is_a_clear_error(tmp_path: Path) -> None:
     from crslib import protocol
 
     with pytest.raises(DataError, match="single class"):
-        protocol.protocol_splits(manifest["split"], manifest["patient_id"], manifest["label"])
+        protocol.protocol_splits(manifest["split"], manifest["label"], groups=manifest["patient_id"])
 
 
 #: ``crs`` with two test hooks: CRS_TEST_SHARD_SIZE sets the images per cache shard (the
@@ -146,7 +146,7 @@ import functools, os, sys, time
 from pathlib import Path
 
 import crslib.embed as embed
-import crslib.encoders as encoders
+import crslib.models.encoders as encoders
 from crslib.cli import main
 
 embed.extract_embeddings = functools.partial(embed.extract_embeddings,
