@@ -10,14 +10,12 @@ subgroup; how well a linear map carries the new space onto the old one
 classifiers keep when applied to mapped new-model embeddings.
 
 Everything here is pure (arrays and DataFrames in, a result object out);
-:func:`render_report_html` renders a self-contained HTML page from a result.
+:func:`crslib.reports.render_report_html` renders a self-contained HTML page
+from a result.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Sequence
@@ -25,18 +23,13 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from crslib.agreement import (
-    _check_same_rows,
-    chance_overlap,
-    knn_search,
-    overlap_by_subgroup,
-    overlap_ci,
-    overlap_error_bound,
-    overlap_from_indices,
-)
 from crslib._io import json_ready
+from crslib._validation import check_same_rows
+from crslib.agreement import chance_overlap, overlap_ci, overlap_from_indices
+from crslib.ann import knn_search, overlap_error_bound
 from crslib.errors import InputError
-from crslib.stats import grouped_partition
+from crslib.splits import grouped_partition
+from crslib.subgroups import overlap_by_subgroup
 from crslib.transfer import classifier_transfer, fit_linear_map, held_out_r2
 
 SUBGROUP_COLUMNS = ("source", "view")
@@ -185,7 +178,7 @@ def compare_embeddings(
     roles = {"old": X_old, "new": X_new}
     if X_reference is not None:
         roles["reference"] = X_reference
-    _check_same_rows(roles)
+    check_same_rows(roles)
     neighbours, search = {}, {}
     with open_client(scheduler) as client:
         for role, X in roles.items():
@@ -234,87 +227,3 @@ def compare_embeddings(
         result.min_overlap = float(min_overlap)
         result.passed = bool(result.overlap_high >= min_overlap)
     return result
-
-
-def _figure_png(fig) -> str:
-    buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def render_report_html(result: CompareResult) -> str:
-    """A self-contained HTML report (figures embedded as PNG data URIs)."""
-    import matplotlib
-
-    matplotlib.use("Agg", force=False)
-    import matplotlib.pyplot as plt
-
-    from crslib import plots
-
-    figures = []
-    fig, ax = plt.subplots(figsize=(6, 3.2))
-    plots.overlap_histogram(np.asarray(result.per_image), k=result.k, chance=result.chance,
-                            reference=result.reference_overlap, ax=ax)
-    figures.append(("Per-image overlap", _figure_png(fig)))
-    plt.close(fig)
-    if result.subgroups:
-        fig, ax = plt.subplots(figsize=(6, 0.35 * len(result.subgroups) + 1.2))
-        plots.subgroup_overlap(pd.DataFrame(result.subgroups), chance=result.chance, ax=ax)
-        figures.append(("Overlap by subgroup", _figure_png(fig)))
-        plt.close(fig)
-    if result.transfer:
-        fig, ax = plt.subplots(figsize=(6, 0.35 * len(result.transfer) + 1.2))
-        plots.retention_bars(pd.DataFrame(result.transfer), ax=ax)
-        figures.append(("Classifier transfer retention", _figure_png(fig)))
-        plt.close(fig)
-
-    def row(name: str, value: str) -> str:
-        return f"<tr><th>{html.escape(name)}</th><td>{html.escape(value)}</td></tr>"
-
-    rows = [
-        row("old model", result.old),
-        row("new model", result.new),
-        row("images", f"{result.n_images:,}"),
-        row(f"mutual {result.k}-NN overlap", f"{result.overlap:.3f} (95% CI {result.overlap_low:.3f}-{result.overlap_high:.3f})"),
-        row("chance k/(N-1)", f"{result.chance:.4f}"),
-    ]
-    for role, info in result.search.items():
-        if info.get("recall") is not None:
-            rows.append(row(f"{role} model's neighbours", f"approximate ({info['index']}), recall@{result.k} "
-                            f"{info['recall']:.3f} against exact search on {info['recall_sample']:,} queries"))
-    if result.overlap_error_bound > 0:
-        rows.append(row("overlap error bound (approximate index)", f"at most {result.overlap_error_bound:.3f}"))
-    if result.reference_overlap is not None:
-        rows.append(row(f"old vs {result.reference}", f"{result.reference_overlap:.3f} "
-                        f"(95% CI {result.reference_low:.3f}-{result.reference_high:.3f})"))
-    if result.map_r2 is not None:
-        rows.append(row("linear map new -> old, held-out R^2", f"{result.map_r2:.3f}"))
-    if result.passed is not None:
-        verdict = "PASS" if result.passed else "FAIL"
-        rows.append(row("gate", f"{verdict}: upper CI bound {result.overlap_high:.3f} vs --min-overlap {result.min_overlap:.3f}"))
-    tables = ""
-    if result.subgroups:
-        tables += "<h2>Overlap by subgroup</h2>" + pd.DataFrame(result.subgroups).round(4).to_html(index=False)
-    if result.transfer:
-        tables += "<h2>Classifier transfer</h2>" + pd.DataFrame(result.transfer).round(4).to_html(index=False)
-    images = "".join(
-        f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}"/>'
-        f"<figcaption>{html.escape(title)}</figcaption></figure>"
-        for title, data in figures
-    )
-    return f"""<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8"/>
-<title>crs compare: {html.escape(result.old)} vs {html.escape(result.new)}</title>
-<style>body{{font-family:sans-serif;max-width:60em;margin:2em auto;}} table{{border-collapse:collapse;margin:1em 0}}
-td,th{{border:1px solid #ccc;padding:.3em .6em;text-align:left}} figure{{margin:1em 0}}</style>
-</head><body>
-<h1>Model replacement check</h1>
-<p>Do the two models return the same nearest neighbours for the same images? The mutual k-NN overlap is the share
-of each image's k nearest neighbours (cosine) that both models have in common, averaged over images.
-For reference, CRS-Bench reports 0.091 of 10 neighbours between public models on chest radiographs and 0.036 for a
-random network (the paper's numbers, not this data's).</p>
-<table>{''.join(rows)}</table>
-{images}
-{tables}
-</body></html>
-"""

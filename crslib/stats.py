@@ -23,6 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from crslib._validation import check_count as _check_count
 from crslib.errors import InputError
 
 __all__ = [
@@ -37,7 +38,8 @@ __all__ = [
     "mantel_test",
     "pairwise_spearman",
     "resample_indices",
-    "grouped_partition",
+    "group_permuter",
+    "permutation_p_value",
     "DeLongResult",
     "delong_test",
 ]
@@ -147,12 +149,6 @@ def _check_confidence(confidence: float) -> float:
     if not 0.0 < confidence < 1.0:
         raise InputError(f"confidence must be between 0 and 1 (e.g. 0.95), got {confidence}")
     return confidence
-
-
-def _check_count(value: int, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise InputError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _as_arrays(arrays: Sequence[Any], what: str = "arrays") -> tuple[list[np.ndarray], int]:
@@ -523,6 +519,68 @@ def _perm_p(observed: float, null: np.ndarray, alternative: str, *, include_obse
     return float(hits / null.size)
 
 
+def group_permuter(groups: Any) -> Callable[[np.ndarray, np.random.Generator], np.ndarray]:
+    """A function ``permute(values, rng)`` that shuffles whole groups' values between groups.
+
+    The value sequence of each group (rows in their original order) moves,
+    as a block, to another group of the same size: rows of one patient move
+    together, so a permutation test built on it respects the patient
+    structure (the audits shuffle the test/pool assignment or the labels
+    this way).
+
+    Parameters
+    ----------
+    groups : array-like of shape (n_rows,)
+        Group (patient) per row, compared as text.
+
+    Returns
+    -------
+    callable
+        ``permute(values, rng) -> ndarray``: a permuted copy of ``values``
+        (one per row), drawing from the ``numpy.random.Generator`` ``rng``.
+
+    Examples
+    --------
+    >>> permute = group_permuter(["a", "a", "b", "b", "c"])
+    >>> out = permute(np.array([1, 1, 2, 2, 3]), np.random.default_rng(0))
+    >>> int(out[4]), bool(out[0] == out[1] and out[2] == out[3])
+    (3, True)
+    """
+    _, inverse = np.unique(np.array([str(g) for g in groups], dtype=object), return_inverse=True)
+    inverse = inverse.ravel()
+    order = np.argsort(inverse, kind="stable")
+    sizes = np.bincount(inverse)
+    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    by_size = [np.flatnonzero(sizes == size) for size in np.unique(sizes)]
+
+    def permute(values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        out = values.copy()
+        for members in by_size:
+            shuffled = rng.permutation(members)
+            for offset in range(int(sizes[members[0]])):
+                out[order[starts[members] + offset]] = values[order[starts[shuffled] + offset]]
+        return out
+
+    return permute
+
+
+def permutation_p_value(observed: float, null: np.ndarray) -> float:
+    """One-sided permutation p-value, ``(1 + #{null >= observed}) / (1 + #valid)``.
+
+    NaN entries of ``null`` are left out; NaN when ``observed`` is NaN or no
+    null value is valid.
+
+    Examples
+    --------
+    >>> permutation_p_value(0.9, np.array([0.5, 0.6, 0.95, np.nan]))
+    0.5
+    """
+    valid = null[np.isfinite(null)]
+    if not math.isfinite(observed) or valid.size == 0:
+        return float("nan")
+    return float((1 + np.sum(valid >= observed - 1e-12)) / (1 + valid.size))
+
+
 # --------------------------------------------------------------------------- Mantel
 
 
@@ -660,48 +718,6 @@ def mantel_test(
         null[s : s + cnt] = corr(perms)
     p = _perm_p(observed, null, alternative, include_observed=True)
     return MantelResult(observed, p, n_permutations, False, method, alternative)
-
-
-def grouped_partition(groups: Any, fractions: Sequence[float], *, random_state: int = 0) -> list[np.ndarray]:
-    """Split row indices into disjoint parts by whole groups (patients).
-
-    Parameters
-    ----------
-    groups : array-like of shape (n_samples,)
-        Group label per row; all rows of a group land in the same part.
-    fractions : sequence of float
-        Relative share of groups per part, e.g. ``(0.5, 0.25, 0.25)``.
-    random_state : int
-        Seed of the group shuffle.
-
-    Returns
-    -------
-    list of ndarray
-        Row indices of each part, in ascending order.
-
-    Examples
-    --------
-    >>> parts = grouped_partition([0, 0, 1, 1, 2, 2, 3, 3], (0.5, 0.5))
-    >>> sorted(len(p) for p in parts)
-    [4, 4]
-    """
-    groups = np.asarray(groups)
-    rng = np.random.default_rng(random_state)
-    unique = np.unique(groups)
-    if len(unique) < len(fractions):
-        raise InputError(
-            f"need at least {len(fractions)} patients to split the images, found {len(unique)}"
-        )
-    order = rng.permutation(unique)
-    bounds = np.round(np.cumsum(fractions) / np.sum(fractions) * len(order)).astype(int)
-    parts, start = [], 0
-    for i, end in enumerate(bounds):
-        # at least one group per part, and one left for each part still to come
-        end = min(max(end, start + 1), len(order) - (len(bounds) - 1 - i))
-        members = set(order[start:end].tolist())
-        parts.append(np.flatnonzero(np.isin(groups, list(members))))
-        start = end
-    return parts
 
 
 # --------------------------------------------------------------------------- DeLong

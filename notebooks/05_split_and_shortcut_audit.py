@@ -58,7 +58,8 @@ import pandas as pd
 from IPython.display import HTML, Markdown, display
 
 import crslib
-from crslib.audit import run_audit
+from crslib import plots
+from crslib.audit import PAPER_NUMBERS, run_audit
 from crslib.data import file_properties, load_data
 from crslib.embed import embed_models
 
@@ -131,12 +132,13 @@ fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), sharey=True)
 for ax, name in zip(axes, ["phantom with shift", "phantom without"]):
     part = partition[partition["data"] == name].reset_index(drop=True)
     labels = [f"{r.source}\n{r.scope}" for r in part.itertuples()]
-    ax.errorbar(part["auc"], range(len(part)), xerr=[part["auc"] - part["low"], part["high"] - part["auc"]],
-                fmt="o", capsize=3, color="#4c72b0")
+    plots.interval_dots(part["auc"], part["low"], part["high"], ax=ax, capsize=3)
     ax.set_yticks(range(len(part)), labels, fontsize=8)
     ax.axvline(0.5, color="grey", linestyle=":", label="no shift (0.5)")
-    ax.axvline(0.697, color="black", linestyle="--", linewidth=0.8, label="paper: 0.697 overall")
-    ax.axvline(0.898, color="black", linestyle="-.", linewidth=0.8, label="paper: 0.898 normal images")
+    ax.axvline(PAPER_NUMBERS["partition_auc"], color="black", linestyle="--", linewidth=0.8,
+               label=f"paper: {PAPER_NUMBERS['partition_auc']:.3f} overall")
+    ax.axvline(PAPER_NUMBERS["partition_auc_normal"], color="black", linestyle="-.", linewidth=0.8,
+               label=f"paper: {PAPER_NUMBERS['partition_auc_normal']:.3f} normal images")
     ax.set(xlim=(0.3, 1.02), xlabel="partition AUC (95% CI)", title=name)
     ax.invert_yaxis()
 axes[1].legend(frameon=False, fontsize=7, loc="lower right")
@@ -180,7 +182,7 @@ for offset, (name, colour) in zip((-0.12, 0.12), (("phantom with shortcut", "#c4
     ax.errorbar(np.arange(2) + offset, part["balanced_accuracy"],
                 yerr=[part["balanced_accuracy"] - part["low"], part["high"] - part["balanced_accuracy"]],
                 fmt="o", capsize=3, color=colour, label=name)
-ax.scatter([0, 1], [0.992, 0.496], marker="D", color="black", zorder=3, label="paper (Kermany)")
+ax.scatter([0, 1], [PAPER_NUMBERS["shortcut_pool"], PAPER_NUMBERS["shortcut_test"]], marker="D", color="black", zorder=3, label="paper (Kermany)")
 ax.axhline(0.5, color="grey", linestyle=":")
 ax.set_xticks([0, 1], ["training pool (CV)", "official test split"])
 ax.set(ylim=(0.3, 1.02), ylabel="balanced accuracy (95% CI)")
@@ -209,44 +211,10 @@ shortcut[["data", "scope", "balanced_accuracy", "low", "high", "p_value", "n_ima
 # (`audit.html`).
 
 # %% tags=["hide-input"]
-from crslib.audit import render_audit_html
+from crslib.reports import render_audit_html
 
 (results / "audit.html").write_text(render_audit_html(result), encoding="utf-8")
-pool = result.shortcut.table.set_index("scope")
-part_all = result.partition_embeddings.table.set_index("scope").loc["all"]
-part_props = result.partition_properties.table.set_index("scope").loc["all"]
-source = "05_split_and_shortcut_audit"
-
-
-def interval(row, column):
-    return {"estimate": float(row[column]), "low": float(row["low"]), "high": float(row["high"])}
-
-
-evidence = {
-    "split": {
-        "provenance": (f"official split of the data set ({kermany_data}): "
-                       + ", ".join(f"{k} {v}" for k, v in manifest["split"].value_counts().items()) + " images"),
-        "patients_disjoint": shared == 0,
-        "partition_auc": interval(part_all, "auc"),
-        "partition_auc_file_properties": interval(part_props, "auc"),
-        "partition_auc_by_class": {r.scope: float(r.auc) for r in result.partition_embeddings.table.itertuples()},
-        "partition_model": f"logistic regression on {model} embeddings",
-        "effect": {"description": f"partition classifier AUC (training pool vs official test split), {model} embeddings",
-                   "value": float(part_all["auc"]), "low": float(part_all["low"]), "high": float(part_all["high"]),
-                   "unit": "AUC", "paper": 0.697, "source": source},
-    },
-    "shortcut": {
-        "pool_balanced_accuracy": interval(pool.loc["pool"], "balanced_accuracy"),
-        "test_balanced_accuracy": interval(pool.loc["test"], "balanced_accuracy"),
-        "features": sorted(properties.columns.drop("image_id", errors="ignore").tolist()),
-        "top_features": result.shortcut.importances.sort_values("alone", ascending=False).head(5)["feature"].tolist(),
-        "effect": {"description": "balanced accuracy of a file-property classifier in the training pool "
-                                  "(patient-grouped CV); on the test split it is "
-                                  f"{pool.loc['test', 'balanced_accuracy']:.3f}",
-                   "value": float(pool.loc["pool", "balanced_accuracy"]), "low": float(pool.loc["pool", "low"]),
-                   "high": float(pool.loc["pool", "high"]), "unit": "balanced accuracy", "paper": 0.992,
-                   "source": source},
-    },
-}
+# the checklist evidence of this audit (split provenance and shift audit; shortcut), as `crs audit` records it
+evidence = result.checklist_evidence(data=kermany_data, source="05_split_and_shortcut_audit")
 (results / "evidence.json").write_text(json.dumps(evidence, indent=2))
 display(Markdown(f"Recorded checklist evidence for: {', '.join(evidence)}."))

@@ -54,7 +54,6 @@ seed = 0
 results_dir = "results/06_representation_risk"
 
 # %% tags=["hide-input"]
-import json
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -64,20 +63,16 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 import crslib
-from crslib import risk
+from crslib import plots, risk, risk_results
 from crslib.data import load_data
 from crslib.embed import embed_models
-from crslib.zoo import train_zoo
+from crslib.models import train_zoo, with_image_size
 
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
 encoder_list = [s.strip() for s in encoders.split(",") if s.strip()]
 task_list = [t.strip() for t in tasks.split(",") if t.strip()]
 
-
-def with_size(spec: str) -> str:
-    """Public encoders run at the phantom's size."""
-    return f"{spec}?size={public_size}" if spec.startswith("public:") and "?" not in spec else spec
 
 
 def short(spec: str) -> str:
@@ -86,17 +81,15 @@ def short(spec: str) -> str:
 
 manifest = load_data(data)
 train_zoo(manifest, preset=zoo_preset)
-embeddings = {short(spec): X for spec, X in embed_models(manifest, {s: with_size(s) for s in encoder_list}).items()}
+embeddings = {short(spec): X for spec, X in embed_models(manifest, {s: with_image_size(s, public_size) for s in encoder_list}).items()}
 groups = manifest["patient_id"].to_numpy()
 outcomes = {}
 for task in task_list:
     outcomes[task] = risk.representation_risk(
-        embeddings, manifest[task].to_numpy(), groups, n_components=int(n_components),
+        embeddings, manifest[task].to_numpy(), groups=groups, n_components=int(n_components),
         n_partitions=int(n_partitions), n_resamples=int(n_resamples), random_state=seed,
     )
-    (results / f"risk_{task}.json").write_text(json.dumps(outcomes[task].to_dict(), indent=2))
-    outcomes[task].primary.candidates.to_csv(results / f"candidates_{task}.csv", index=False)
-    outcomes[task].spread.to_csv(results / f"spread_{task}.csv", index=False)
+    outcomes[task].save(results, name=task)  # risk_<task>.json and the tables, as `crs risk` writes them
 display(Markdown(
     f"{len(manifest):,} images of {manifest['patient_id'].nunique():,} patients; {len(embeddings)} encoders x "
     f"{len(risk.HEADS)} heads + a feature-union candidate; tasks: "
@@ -195,8 +188,7 @@ comparisons.to_csv(results / "paired_comparisons.csv", index=False)
 fig, axes = plt.subplots(1, len(task_list), figsize=(4.2 * len(task_list), 4.2), sharey=False, squeeze=False)
 for ax, task in zip(axes[0], task_list):
     comp = comparisons[(comparisons.task == task) & (comparisons.head == "linear")].sort_values("difference")
-    ax.errorbar(comp["difference"], range(len(comp)), xerr=[comp["difference"] - comp["low"], comp["high"] - comp["difference"]],
-                fmt="o", capsize=2, color="#4c72b0")
+    plots.interval_dots(comp["difference"], comp["low"], comp["high"], ax=ax)
     ax.axvline(0, color="grey", linestyle=":")
     ax.set_yticks(range(len(comp)), comp["encoder"], fontsize=7)
     ax.set_xlabel(f"{outcomes[task].metric}: candidate - selected")
@@ -232,17 +224,7 @@ fig.tight_layout()
 plt.show()
 
 # %% tags=["hide-input"]
-stability = pd.DataFrame({
-    t: {"selected most often": outcomes[t].selection_counts.sort_values("count").iloc[-1]["encoder"],
-        "distinct encoders selected": int((outcomes[t].selection_counts["count"] > 0).sum()),
-        "test score mean": outcomes[t].selected_test_scores.mean(),
-        "test score SD": outcomes[t].selected_test_scores.std(ddof=1),
-        "test score range": outcomes[t].selected_test_scores.max() - outcomes[t].selected_test_scores.min(),
-        "rank correlation between partitions (validation)": outcomes[t].rank_correlation["validation"],
-        "rank correlation between partitions (test)": outcomes[t].rank_correlation["test"],
-        "union chosen (partitions)": int(sum(p.union.get("chosen", False) for p in outcomes[t].partitions))}
-    for t in task_list
-}).T
+stability = risk_results.stability_table({t: outcomes[t] for t in task_list})
 stability.to_csv(results / "stability.csv")
 stability
 

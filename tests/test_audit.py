@@ -23,9 +23,13 @@ import pytest
 from PIL import Image
 
 from crslib import audit as A
+from crslib import shortcut as S
 from crslib.data import file_properties, read_image
+from crslib.data.phantom import generate_phantom
 from crslib.errors import CRSError, DataError, InputError
-from crslib.phantom import generate_phantom
+from crslib.reports import render_audit_html
+from crslib.splits import grouped_folds
+from crslib.stats import group_permuter
 
 N_PATIENTS = 200
 SIZE = 40
@@ -59,10 +63,10 @@ def phantoms(tmp_path_factory):
     out = {}
     for name, kwargs in PHANTOMS.items():
         folder = tmp_path_factory.mktemp(name)
-        manifest = generate_phantom(folder, n_patients=N_PATIENTS, image_size=SIZE, seed=0,
+        manifest = generate_phantom(folder, n_patients=N_PATIENTS, image_size=SIZE, random_state=0,
                                     prevalence=_equal_prevalence(kwargs["kermany_layout"]), **kwargs)
         props = file_properties(manifest)
-        out[name] = {"manifest": manifest, "props": props, "X": A.property_matrix(props)}
+        out[name] = {"manifest": manifest, "props": props, "X": S.property_matrix(props)}
     return out
 
 
@@ -72,7 +76,7 @@ def shortcut_results(phantoms):
     for name in ("std_shortcut", "kermany_shortcut", "std_null", "kermany_null"):
         d = phantoms[name]
         m = d["manifest"]
-        out[name] = A.shortcut_audit(d["X"], m["label"], m["split"], groups=m["patient_id"],
+        out[name] = S.shortcut_audit(d["X"], m["label"], m["split"], groups=m["patient_id"],
                                      n_resamples=N_RESAMPLES, n_repeats=3, n_permutations=N_PERMUTATIONS)
     return out
 
@@ -180,7 +184,7 @@ def test_fold_assignment_matches_scikit_learn():
         splits = StratifiedGroupKFold(5, shuffle=True, random_state=seed).split(y, y, groups)
         for fold, (_, held) in enumerate(splits):
             expected[held] = fold
-        assert np.array_equal(A._grouped_folds(y, groups, 5, seed, "test"), expected)
+        assert np.array_equal(grouped_folds(y, groups, 5, seed, "test"), expected)
 
 
 def test_shortcut_folds_cover_the_pool_only(shortcut_results, phantoms):
@@ -223,7 +227,7 @@ def test_random_features_interval_covers_half():
 def test_group_permutation_moves_whole_patients():
     groups = np.array(["a", "a", "b", "c", "c", "d", "e", "e"])
     values = np.arange(8)
-    permute = A._group_permuter(groups)
+    permute = group_permuter(groups)
     rng = np.random.default_rng(0)
     for _ in range(20):
         out = permute(values, rng)
@@ -240,7 +244,7 @@ def test_permutation_importance_points_at_the_informative_property():
         "signal": labels + 0.3 * rng.normal(size=len(split)),
         "noise_b": rng.normal(size=len(split)),
     })
-    result = A.shortcut_audit(X, labels, split, groups=patients, n_resamples=100, n_repeats=5)
+    result = S.shortcut_audit(X, labels, split, groups=patients, n_resamples=100, n_repeats=5)
     assert result.importances.loc[0, "feature"] == "signal"
     assert result.importances.loc[0, "importance_mean"] > 0.3
     assert result.pool_balanced_accuracy > 0.9 and result.test_balanced_accuracy > 0.9
@@ -279,20 +283,20 @@ def test_property_matrix_encodes_and_is_deterministic():
         "readable": [True, True, False, True],
         "constant": [1, 1, 1, 1],
     })
-    X = A.property_matrix(props)
+    X = S.property_matrix(props)
     assert list(X.columns) == [
         "file_size", "file_size_missing", "format=JPEG", "format=PNG", "format_missing",
         "png_chunks:pHYs", "png_chunks:tEXt", "png_chunks_missing", "jpeg_progressive",
         "jpeg_progressive_missing", "readable",
     ]
-    assert X["file_size"].tolist() == [100.0, 200.0, A.MISSING_SENTINEL, 400.0]
+    assert X["file_size"].tolist() == [100.0, 200.0, S.MISSING_SENTINEL, 400.0]
     assert X["png_chunks:tEXt"].tolist() == [1.0, 0.0, 0.0, 0.0]
     assert X["png_chunks_missing"].tolist() == [0.0, 1.0, 1.0, 0.0]
     assert X["jpeg_progressive"].tolist() == [-1.0, 1.0, -1.0, -1.0]
     assert X["readable"].tolist() == [1.0, 1.0, 0.0, 1.0]
     assert "constant" not in X and "image_id" not in X
     assert X.attrs["feature_groups"]["format=PNG"] == "format"
-    shuffled = A.property_matrix(props.iloc[::-1])
+    shuffled = S.property_matrix(props.iloc[::-1])
     assert list(shuffled.columns) == list(X.columns)
     assert X.dtypes.map(lambda d: d.kind == "f").all()
 
@@ -306,7 +310,7 @@ def test_property_matrix_from_file_properties_has_no_identifiers(phantoms):
 
 def test_property_matrix_rejects_constant_input():
     with pytest.raises(InputError, match="no file property varies"):
-        A.property_matrix(pd.DataFrame({"image_id": ["a", "b"], "format": ["PNG", "PNG"]}))
+        S.property_matrix(pd.DataFrame({"image_id": ["a", "b"], "format": ["PNG", "PNG"]}))
 
 
 # --------------------------------------------------------------------------- provenance and run_audit
@@ -374,8 +378,60 @@ def test_audit_to_dict_is_json_ready(audit_result):
     assert json.loads(audit_result.to_json()) == d
 
 
+def test_checklist_evidence_fills_the_split_and_shortcut_items(audit_result, phantoms):
+    from crslib.checklist import build_checklist
+
+    m = phantoms["kermany_shortcut"]["manifest"]
+    evidence = audit_result.checklist_evidence(data="phantom<kermany>", source="test")
+    assert set(evidence) == {"split", "shortcut"}
+    json.dumps(evidence, allow_nan=False)  # plain values, ready for evidence.json
+    checklist = build_checklist(evidence)
+    status = {item.item_id: item.status for item in checklist.items}
+    assert status["split"] == "complete" and status["shortcut"] == "complete"
+    assert [k for k, v in status.items() if v == "complete"] == ["split", "shortcut"]
+
+    split = evidence["split"]
+    emb = audit_result.partition_embeddings.table.set_index("scope")
+    props = audit_result.partition_properties.table.set_index("scope")
+    assert split["partition_auc"] == {"estimate": emb.loc["all", "auc"], "low": emb.loc["all", "low"],
+                                      "high": emb.loc["all", "high"]}
+    assert split["partition_auc_file_properties"]["estimate"] == props.loc["all", "auc"]
+    assert split["partition_auc_by_class"] == {scope: emb.loc[scope, "auc"] for scope in emb.index}
+    assert split["partition_model"] == "logistic regression on pixels 16x16 embeddings"
+    assert split["patients_disjoint"] is True
+    counts = m["split"].value_counts()
+    assert split["provenance"] == ("official split of the data set (phantom<kermany>): "
+                                   + ", ".join(f"{k} {v}" for k, v in counts.items()) + " images")
+    assert split["effect"]["value"] == emb.loc["all", "auc"] and split["effect"]["unit"] == "AUC"
+    assert split["effect"]["paper"] == A.PAPER_NUMBERS["partition_auc"] and split["effect"]["source"] == "test"
+
+    shortcut = evidence["shortcut"]
+    table = audit_result.shortcut.table.set_index("scope")
+    assert shortcut["pool_balanced_accuracy"]["estimate"] == table.loc["pool", "balanced_accuracy"]
+    assert shortcut["test_balanced_accuracy"] == {"estimate": table.loc["test", "balanced_accuracy"],
+                                                  "low": table.loc["test", "low"], "high": table.loc["test", "high"]}
+    assert shortcut["features"] == sorted(c for c in phantoms["kermany_shortcut"]["props"].columns if c != "image_id")
+    alone = audit_result.shortcut.importances.sort_values("alone", ascending=False)
+    assert shortcut["top_features"] == alone["feature"].head(5).tolist()
+    assert shortcut["effect"]["paper"] == A.PAPER_NUMBERS["shortcut_pool"]
+    assert f"on the test split it is {table.loc['test', 'balanced_accuracy']:.3f}" in shortcut["effect"]["description"]
+
+
+def test_checklist_evidence_without_embeddings_uses_file_properties(phantoms):
+    d = phantoms["kermany_null"]
+    result = A.run_audit(d["manifest"], d["props"], n_resamples=50, n_repeats=1, n_splits=3, n_permutations=0,
+                         model="forest")
+    split = result.checklist_evidence(data="null")["split"]
+    props = result.partition_properties.table.set_index("scope")
+    assert split["partition_auc"]["estimate"] == props.loc["all", "auc"] == split["partition_auc_file_properties"][
+        "estimate"]
+    assert split["partition_model"] == "random forest on file properties"
+    assert split["effect"]["description"].endswith("file properties")
+    assert split["effect"]["source"] == "crs audit"
+
+
 def test_render_audit_html_is_self_contained(audit_result):
-    page = A.render_audit_html(audit_result)
+    page = render_audit_html(audit_result)
     assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
     for number in ("0.697", "0.898", "0.992", "0.496"):
         assert number in page
@@ -390,7 +446,7 @@ def test_render_audit_html_is_self_contained(audit_result):
 
 def test_render_audit_html_rejects_other_objects():
     with pytest.raises(InputError, match="AuditResult"):
-        A.render_audit_html({"not": "a result"})
+        render_audit_html({"not": "a result"})
 
 
 def test_run_audit_without_patient_ids_warns(phantoms, caplog):
@@ -442,9 +498,9 @@ def test_single_class_in_a_split_is_rejected(small):
     one_class = m.assign(label=np.where(m["split"] == "test", 1, m["label"]))
     with pytest.raises(DataError, match=r"'test' split holds a single class"):
         A.run_audit(one_class, props)
-    X = A.property_matrix(props)
+    X = S.property_matrix(props)
     with pytest.raises(InputError, match=r"'test' split holds a single class"):
-        A.shortcut_audit(X, one_class["label"], m["split"], groups=m["patient_id"])
+        S.shortcut_audit(X, one_class["label"], m["split"], groups=m["patient_id"])
 
 
 def test_label_with_nan_is_rejected(small):
@@ -454,18 +510,18 @@ def test_label_with_nan_is_rejected(small):
     with pytest.raises(DataError, match=r"label column 'label' is missing in 1 row"):
         A.run_audit(m.assign(label=labels), props)
     with pytest.raises(InputError, match="labels is missing"):
-        A.shortcut_audit(A.property_matrix(props), labels, m["split"], groups=m["patient_id"])
+        S.shortcut_audit(S.property_matrix(props), labels, m["split"], groups=m["patient_id"])
     with pytest.raises(DataError, match="no label column 'finding'"):
         A.run_audit(m, props, label_column="finding")
 
 
 def test_misaligned_inputs_are_rejected(small):
     m, props = small
-    X = A.property_matrix(props)
+    X = S.property_matrix(props)
     with pytest.raises(InputError, match=r"split has \d+ values but X has \d+ rows"):
         A.partition_audit(X, m["split"].iloc[:-1], groups=m["patient_id"])
     with pytest.raises(InputError, match="groups has"):
-        A.shortcut_audit(X, m["label"], m["split"], groups=m["patient_id"].iloc[:10])
+        S.shortcut_audit(X, m["label"], m["split"], groups=m["patient_id"].iloc[:10])
     with pytest.raises(DataError, match="properties have"):
         A.run_audit(m, props.iloc[:-1])
     with pytest.raises(DataError, match="not aligned with the manifest"):
@@ -476,7 +532,7 @@ def test_misaligned_inputs_are_rejected(small):
 
 def test_bad_arguments_are_rejected(small):
     m, props = small
-    X = A.property_matrix(props)
+    X = S.property_matrix(props)
     split, groups = m["split"], m["patient_id"]
     with pytest.raises(InputError, match="groups is required"):
         A.partition_audit(X, split, groups=None)
@@ -495,7 +551,7 @@ def test_bad_arguments_are_rejected(small):
     with pytest.raises(InputError, match="never in the pool"):
         labels = np.where(split == "test", np.where(np.arange(len(m)) % 2, "new", "old"), "old")
         labels = np.where((split != "test") & (np.arange(len(m)) % 3 == 0), "other", labels)
-        A.shortcut_audit(X, labels, split, groups=groups)
+        S.shortcut_audit(X, labels, split, groups=groups)
     assert issubclass(InputError, CRSError) and issubclass(DataError, CRSError)
 
 
@@ -515,6 +571,6 @@ def test_shortcut_test_score_comes_from_a_pool_only_fit():
     X = np.zeros((n, 2))
     X[:, 0] = np.where(in_test, 0.0, y)
     X[:, 1] = np.where(in_test, y, 0.0)
-    res = A.shortcut_audit(X, y, split, groups=np.arange(n), n_resamples=50, n_repeats=1)
+    res = S.shortcut_audit(X, y, split, groups=np.arange(n), n_resamples=50, n_repeats=1)
     assert res.pool_balanced_accuracy > 0.95
     assert res.test_balanced_accuracy == pytest.approx(0.5)

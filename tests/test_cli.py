@@ -114,6 +114,38 @@ def test_audit_finds_the_injected_shortcut_in_a_kermany_layout_folder(tmp_path: 
     assert "<table" in html and "0.992" in html and "src=\"http" not in html
 
 
+def test_audit_writes_evidence_that_crs_checklist_reads(tmp_path: Path) -> None:
+    import json
+
+    data = tmp_path / "kermany"
+    made = crs("phantom", str(data), "--patients", "80", "--image-size", "32", "--seed", "3",
+               "--kermany-layout", "--shortcut-strength", "1.0")
+    assert made.returncode == 0, made.stderr
+    run = tmp_path / "run"
+    result = crs("audit", "--data", str(data / "chest_xray"), "--model", "none", "--resamples", "50",
+                 "--out", str(run / "audit"))
+    assert result.returncode == 0, result.stderr
+    assert "checklist evidence:" in result.stdout
+    evidence = json.loads((run / "audit" / "evidence.json").read_text())
+    report = json.loads((run / "audit" / "audit.json").read_text())
+    assert set(evidence) == {"split", "shortcut"}
+    pool = {row["scope"]: row for row in report["shortcut"]["table"]}["pool"]
+    assert evidence["shortcut"]["pool_balanced_accuracy"]["estimate"] == pytest.approx(pool["balanced_accuracy"],
+                                                                                      abs=1e-4)
+    assert evidence["split"]["effect"]["source"] == "crs audit" and str(data / "chest_xray") in (
+        evidence["split"]["provenance"])
+    assert evidence["split"]["partition_model"] == "logistic regression on file properties"
+    # the folder holding the audit's report is a run folder for crs checklist
+    checked = crs("checklist", str(run))
+    assert checked.returncode == 0, checked.stderr
+    assert "2 of 7 items complete" in checked.stdout
+    saved = json.loads((run / "checklist.json").read_text())
+    status = {item["item_id"]: item["status"] for item in saved["items"]}
+    assert status["split"] == "complete" and status["shortcut"] == "complete"
+    assert [k for k, v in status.items() if v == "missing"] == ["training_policy", "threshold", "metrics",
+                                                                "calibration", "uncertainty"]
+
+
 def test_audit_without_a_test_split_is_one_line(tmp_path: Path) -> None:
     import pandas as pd
 
@@ -164,5 +196,11 @@ def test_risk_on_a_phantom_folder_selects_on_validation_and_reports(tmp_path: Pa
     # the best single candidate on validation, unless the union's validation gain was clearly positive
     assert chosen["val_score"] == singles["val_score"].max() or chosen["encoder"] == "union"
     assert (tmp_path / "risk" / "risk.html").read_text().startswith("<!DOCTYPE html>")
+    # the tables RiskResult.save writes (as notebook 06 does), and the stability of both tasks
+    for task in ("label", "age"):
+        for stem in ("risk", "candidates", "comparisons", "partitions", "spread", "selection", "stability"):
+            assert (tmp_path / "risk" / f"{stem}_{task}.{'json' if stem == 'risk' else 'csv'}").is_file()
+    stability = pd.read_csv(tmp_path / "risk" / "stability.csv", index_col=0)
+    assert list(stability.index) == ["label", "age"]
     bad = crs("risk", "--data", str(out), "--models", "timm:resnet10t?size=32", "--task", "nosuchcolumn")
     assert_one_line_error(bad, "nosuchcolumn")

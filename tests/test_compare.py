@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crslib.compare import binary_label_frame, compare_embeddings, render_report_html
+from crslib.compare import binary_label_frame, compare_embeddings
 from crslib.errors import InputError
+from crslib.reports import render_report_html
 
 
 @pytest.fixture()
@@ -62,6 +63,20 @@ def test_unrelated_successor_fails_the_gate(case) -> None:
     assert report["overlap_error_bound"] == 0.0
 
 
+def test_report_escapes_model_names_and_subgroup_values(case) -> None:
+    from crslib.reports import CSS
+
+    X, metadata, _, rng = case
+    metadata = metadata.assign(source=np.where(metadata["source"] == "s0", "<b>site</b>", "a&b"))
+    result = compare_embeddings(X, X + 0.1 * rng.normal(size=X.shape), metadata, old="<script>old",
+                                new='new"&<x>', n_resamples=50)
+    page = render_report_html(result)
+    assert page.startswith("<!DOCTYPE html>") and f"<style>{CSS}</style>" in page
+    assert "<script" not in page and "<b>site</b>" not in page and '"&<x>' not in page
+    assert "&lt;script&gt;old" in page and "new&quot;&amp;&lt;x&gt;" in page
+    assert "&lt;b&gt;site&lt;/b&gt;" in page and "a&amp;b" in page
+
+
 def test_cli_writes_the_json_and_exits_by_the_gate(tmp_path: Path, monkeypatch, capsys) -> None:
     """crs compare in-process, with stand-in encoders: compare.json holds what the inputs imply and the
     exit status follows --min-overlap."""
@@ -69,7 +84,7 @@ def test_cli_writes_the_json_and_exits_by_the_gate(tmp_path: Path, monkeypatch, 
 
     import crslib.data
     import crslib.embed
-    import crslib.encoders
+    import crslib.models
     from crslib.cli import main
 
     rng = np.random.default_rng(3)
@@ -77,7 +92,7 @@ def test_cli_writes_the_json_and_exits_by_the_gate(tmp_path: Path, monkeypatch, 
     embeddings = {"old-model": X, "scaled": 2.0 * X, "unrelated": rng.normal(size=X.shape)}
     manifest = pd.DataFrame({"image_id": [f"i{i}" for i in range(120)], "patient_id": np.arange(120) // 2})
     monkeypatch.setattr(crslib.data, "load_data", lambda spec: manifest)
-    monkeypatch.setattr(crslib.encoders, "load_encoder", lambda spec: SimpleNamespace(name=spec))
+    monkeypatch.setattr(crslib.models, "load_encoder", lambda spec: SimpleNamespace(name=spec))
     monkeypatch.setattr(crslib.embed, "extract_embeddings",
                         lambda m, encoder, **kw: SimpleNamespace(X=embeddings[encoder.name]))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import numpy as np
@@ -9,9 +10,10 @@ import pandas as pd
 import pytest
 
 from crslib.errors import DataError, InputError
+from crslib._validation import check_fractions, check_groups
+from crslib.probes import r2 as _r2
 from crslib.risk import (
     HEADS,
-    _r2,
     _union_verdict,
     _weighted_auroc,
     _weighted_r2,
@@ -62,7 +64,7 @@ def _complementary(seed: int = 0, n_patients: int = 300):
 
 def test_no_patient_crosses_partitions_in_any_repeat():
     emb, y, groups = _data(per_patient=3, n_patients=60)
-    res = representation_risk(emb, y, groups, heads=["linear"], n_partitions=4, **FAST)
+    res = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=4, **FAST)
     drawn = []
     for part in res.partitions:
         sets = [set(groups[idx].tolist()) for idx in (part.train_idx, part.val_idx, part.test_idx)]
@@ -75,7 +77,7 @@ def test_no_patient_crosses_partitions_in_any_repeat():
     assert len(set(drawn)) == 4  # each repeat re-draws the partition
     # regression partitions are patient-disjoint too
     y_reg = np.random.default_rng(1).normal(size=y.size)
-    tr, va, te = outer_partition(y_reg, groups, random_state=3)
+    tr, va, te = outer_partition(y_reg, groups=groups, random_state=3)
     assert not set(groups[tr]) & set(groups[va]) and not set(groups[va]) & set(groups[te])
     assert not set(groups[tr]) & set(groups[te])
 
@@ -85,7 +87,7 @@ def test_no_patient_crosses_partitions_in_any_repeat():
 
 def test_selection_never_reads_test_labels():
     emb, y, groups = _data()
-    first = evaluate_partition(emb, y, groups, **FAST)
+    first = evaluate_partition(emb, y, groups=groups, **FAST)
     parts = (first.train_idx, first.val_idx, first.test_idx)
     val_cols = ["candidate", "param", "inner_score", "val_score", "val_low", "val_high", "val_secondary", "val_rank"]
     rng = np.random.default_rng(5)
@@ -95,22 +97,22 @@ def test_selection_never_reads_test_labels():
     single = first.candidates[first.candidates["encoder"] != "union"]
     assert first.selected == single.loc[single["val_score"].idxmax(), "candidate"]  # union not chosen here
     for poisoned in (flipped, shuffled):
-        again = evaluate_partition(emb, poisoned, groups, partition=parts, **FAST)
+        again = evaluate_partition(emb, poisoned, groups=groups, partition=parts, **FAST)
         assert again.selected == first.selected
         pd.testing.assert_frame_equal(again.candidates[val_cols], first.candidates[val_cols])
         assert again.union == first.union
         # ... while the test scores did see the poison
         assert not np.allclose(again.candidates["test_score"], first.candidates["test_score"])
-    flipped_res = evaluate_partition(emb, flipped, groups, partition=parts, **FAST)
+    flipped_res = evaluate_partition(emb, flipped, groups=groups, partition=parts, **FAST)
     assert flipped_res.selected_row["test_score"] == pytest.approx(1 - first.selected_row["test_score"])
 
 
 def test_regression_selection_never_reads_test_labels():
     emb, y, groups = _data("regression")
-    first = evaluate_partition(emb, y, groups, **FAST)
+    first = evaluate_partition(emb, y, groups=groups, **FAST)
     poisoned = y.copy()
     poisoned[first.test_idx] = np.random.default_rng(2).permutation(y[first.test_idx])
-    again = evaluate_partition(emb, poisoned, groups, **FAST)  # the regression partition ignores y
+    again = evaluate_partition(emb, poisoned, groups=groups, **FAST)  # the regression partition ignores y
     assert np.array_equal(again.test_idx, first.test_idx)
     assert again.selected == first.selected
     pd.testing.assert_frame_equal(again.candidates[["val_score", "val_low", "param"]],
@@ -123,7 +125,7 @@ def test_regression_selection_never_reads_test_labels():
 
 def test_the_encoder_that_carries_the_signal_is_selected():
     emb, y, groups = _data()
-    res = representation_risk(emb, y, groups, n_partitions=5, **FAST)
+    res = representation_risk(emb, y, groups=groups, n_partitions=5, **FAST)
     assert res.task == "classification" and res.metric == "auroc"
     assert res.primary.selected.startswith("signal/")
     counts = res.selection_counts.set_index("encoder")["count"]
@@ -146,7 +148,7 @@ def test_the_encoder_that_carries_the_signal_is_selected():
 
 def test_regression_known_answer_with_r2():
     emb, y, groups = _data("regression")
-    res = representation_risk(emb, y, groups, n_partitions=3, **FAST)
+    res = representation_risk(emb, y, groups=groups, n_partitions=3, **FAST)
     assert res.task == "regression" and (res.metric, res.secondary_metric) == ("r2", "mae")
     assert res.selection_counts.set_index("encoder")["count"]["signal"] == 3
     table = res.primary.candidates.set_index("candidate")
@@ -163,7 +165,7 @@ def test_union_rejected_when_it_adds_nothing(second):
     emb, y, groups = _data()
     if second == "duplicate":
         emb = {"signal": emb["signal"], "copy": emb["signal"].copy()}
-    res = evaluate_partition(emb, y, groups, **FAST)
+    res = evaluate_partition(emb, y, groups=groups, **FAST)
     union = res.union
     assert union["evaluated"] and len(union["members"]) == 2
     assert not union["chosen"] and union["low"] <= 0
@@ -173,7 +175,7 @@ def test_union_rejected_when_it_adds_nothing(second):
 
 def test_union_accepted_for_complementary_encoders():
     emb, y, groups = _complementary()
-    res = evaluate_partition(emb, y, groups, **FAST)
+    res = evaluate_partition(emb, y, groups=groups, **FAST)
     union = res.union
     assert sorted(union["members"]) == ["A", "B"]
     assert union["chosen"] and union["low"] > 0 and union["gain"] > 0.05
@@ -206,7 +208,7 @@ def test_union_rule_needs_the_lower_bound_above_zero():
 def test_union_decision_in_a_partition_follows_the_rule():
     for seed in range(3):
         emb, y, groups = _data(seed=seed)
-        res = evaluate_partition(emb, y, groups, random_state=seed, **FAST)
+        res = evaluate_partition(emb, y, groups=groups, random_state=seed, **FAST)
         union = res.union
         assert union["chosen"] == (union["low"] > 0)
         assert (res.selected == "union/linear") == union["chosen"]
@@ -214,10 +216,10 @@ def test_union_decision_in_a_partition_follows_the_rule():
 
 def test_union_can_be_switched_off():
     emb, y, groups = _data()
-    res = evaluate_partition(emb, y, groups, union_size=0, heads=["linear"], **FAST)
+    res = evaluate_partition(emb, y, groups=groups, union_size=0, heads=["linear"], **FAST)
     assert res.candidates["candidate"].tolist() == ["signal/linear", "noise/linear"]
     assert not res.union["evaluated"] and "union_size" in res.union["reason"]
-    single = evaluate_partition({"signal": emb["signal"]}, y, groups, heads=["knn"], **FAST)
+    single = evaluate_partition({"signal": emb["signal"]}, y, groups=groups, heads=["knn"], **FAST)
     assert single.candidates["candidate"].tolist() == ["signal/knn"] and not single.union["evaluated"]
 
 
@@ -249,12 +251,12 @@ def test_pca_is_fitted_on_training_rows_only():
 def test_heads_fitted_on_training_rows_only():
     """Changing only validation/test features leaves every inner-CV choice unchanged."""
     emb, y, groups = _data()
-    first = evaluate_partition(emb, y, groups, **FAST)
+    first = evaluate_partition(emb, y, groups=groups, **FAST)
     held_out = np.concatenate([first.val_idx, first.test_idx])
     changed = {k: v.copy() for k, v in emb.items()}
     for v in changed.values():
         v[held_out] = np.random.default_rng(9).normal(size=(held_out.size, v.shape[1]))
-    again = evaluate_partition(changed, y, groups, **FAST)
+    again = evaluate_partition(changed, y, groups=groups, **FAST)
     assert np.array_equal(again.train_idx, first.train_idx)
     single = first.candidates["encoder"] != "union"
     pd.testing.assert_frame_equal(again.candidates.loc[single, ["param", "inner_score"]],
@@ -291,13 +293,13 @@ def test_vectorised_bootstrap_equals_the_statistic_on_resampled_rows():
 
 def test_same_seed_identical_tables_other_seed_other_partitions():
     emb, y, groups = _data(n_patients=80)
-    a = representation_risk(emb, y, groups, heads=HEADS, n_partitions=2, random_state=3, **FAST)
-    b = representation_risk(emb, y, groups, heads=HEADS, n_partitions=2, random_state=3, **FAST)
+    a = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=3, **FAST)
+    b = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=3, **FAST)
     pd.testing.assert_frame_equal(a.all_partitions, b.all_partitions)
     pd.testing.assert_frame_equal(a.primary.comparisons, b.primary.comparisons)
     pd.testing.assert_frame_equal(a.spread, b.spread)
     assert a.to_dict() == b.to_dict()
-    c = representation_risk(emb, y, groups, heads=HEADS, n_partitions=2, random_state=4, **FAST)
+    c = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=4, **FAST)
     assert not np.array_equal(c.primary.test_idx, a.primary.test_idx)
     # partition i of seed s is partition 0 of seed s + i
     assert np.array_equal(a.partitions[1].test_idx, c.primary.test_idx)
@@ -306,7 +308,7 @@ def test_same_seed_identical_tables_other_seed_other_partitions():
 
 def test_to_dict_is_json_ready():
     emb, y, groups = _data(n_patients=60)
-    res = representation_risk(emb, y, groups, heads=["linear", "knn"], n_partitions=2, **FAST)
+    res = representation_risk(emb, y, groups=groups, heads=["linear", "knn"], n_partitions=2, **FAST)
     out = json.loads(json.dumps(res.to_dict(), allow_nan=False))
     assert out["primary"]["selected"] == res.primary.selected
     assert out["settings"]["n_partitions"] == 2 and out["lookagain_facts"]["pca_components"] == 128
@@ -314,12 +316,67 @@ def test_to_dict_is_json_ready():
     assert len(out["primary"]["candidates"]) == 5 and out["primary"]["classes"] == ["0", "1"]
 
 
+def test_save_writes_the_tables_of_crs_risk_and_the_notebook(tmp_path):
+    from crslib.risk_results import stability_table
+
+    emb, y, groups = _data(n_patients=60)
+    res = representation_risk(emb, y, groups=groups, heads=["linear", "knn"], n_partitions=3, **FAST)
+    written = res.save(tmp_path / "out", name="label")
+    names = sorted(p.name for p in written)
+    assert names == sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "candidates_label.csv", "comparisons_label.csv", "partitions_label.csv", "risk_label.json",
+        "selection_label.csv", "spread_label.csv", "stability_label.csv"]
+    assert json.loads((tmp_path / "out" / "risk_label.json").read_text()) == json.loads(json.dumps(res.to_dict()))
+    for stem, frame in (("candidates", res.primary.candidates), ("comparisons", res.primary.comparisons),
+                        ("partitions", res.all_partitions), ("spread", res.spread),
+                        ("selection", res.selection_counts)):
+        saved = pd.read_csv(tmp_path / "out" / f"{stem}_label.csv")
+        pd.testing.assert_frame_equal(saved, pd.read_csv(io.StringIO(frame.to_csv(index=False))))
+        assert len(saved) == len(frame) and list(saved.columns) == list(frame.columns)
+    # the stability row, as notebook 06 computed it by hand before it moved here
+    scores = res.selected_test_scores
+    expected = {
+        "selected most often": res.selection_counts.sort_values("count").iloc[-1]["encoder"],
+        "distinct encoders selected": int((res.selection_counts["count"] > 0).sum()),
+        "test score mean": scores.mean(), "test score SD": scores.std(ddof=1),
+        "test score range": scores.max() - scores.min(),
+        "rank correlation between partitions (validation)": res.rank_correlation["validation"],
+        "rank correlation between partitions (test)": res.rank_correlation["test"],
+        "union chosen (partitions)": int(sum(p.union.get("chosen", False) for p in res.partitions)),
+    }
+    assert res.stability() == expected
+    assert res.stability()["distinct encoders selected"] >= 1 and len(scores) == 3
+    stability = pd.read_csv(tmp_path / "out" / "stability_label.csv", index_col=0)
+    assert list(stability.index) == ["label"] and list(stability.columns) == list(expected)
+    assert stability.loc["label", "test score mean"] == pytest.approx(expected["test score mean"])
+    both = stability_table({"a": res, "b": res})
+    assert list(both.index) == ["a", "b"] and both.loc["b", "selected most often"] == expected["selected most often"]
+    with pytest.raises(InputError, match="name"):
+        res.save(tmp_path, name="../x")
+    with pytest.raises(InputError, match="RiskResult"):
+        stability_table({"a": res.primary})
+
+
+def test_risk_report_escapes_task_and_encoder_names():
+    from crslib.reports import CSS, render_risk_html
+
+    emb, y, groups = _data(n_patients=60)
+    emb = {"<img src=x>": emb["signal"], "a&b": emb["noise"]}
+    res = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=2, **FAST)
+    page = render_risk_html({"<task>": res})
+    assert page.startswith("<!DOCTYPE html>") and f"<style>{CSS}</style>" in page
+    assert "<img" not in page and "<task>" not in page
+    assert "&lt;img src=x&gt;/linear" in page and "&lt;task&gt;" in page and "a&amp;b" in page
+    with pytest.raises(InputError, match="RiskResult"):
+        render_risk_html({"y": res.primary})
+
+
 def test_labels_other_than_0_1_and_auto_task():
     emb, y, groups = _data(n_patients=60)
     names = np.where(y == 1, "PNEUMONIA", "NORMAL")
-    res = evaluate_partition(emb, names, groups, heads=["linear"], **FAST)
+    res = evaluate_partition(emb, names, groups=groups, heads=["linear"], **FAST)
     assert res.task == "classification" and res.classes == ["NORMAL", "PNEUMONIA"]
-    direct = evaluate_partition(emb, y, groups, heads=["linear"], **FAST)
+    direct = evaluate_partition(emb, y, groups=groups, heads=["linear"], **FAST)
     pd.testing.assert_frame_equal(res.candidates, direct.candidates)
 
 
@@ -329,51 +386,51 @@ def test_labels_other_than_0_1_and_auto_task():
 def test_too_few_patients():
     emb, y, groups = _data(n_patients=8)
     with pytest.raises(DataError, match=r"8 patients are too few.*at least 10 patients"):
-        evaluate_partition(emb, y, groups, **FAST)
+        evaluate_partition(emb, y, groups=groups, **FAST)
     emb, y, groups = _data(n_patients=60)
     y = np.zeros_like(y)
     y[groups < 3] = 1  # three positive patients
     with pytest.raises(DataError, match=r"only 3 patient\(s\) have class 1.*at least 4 patients of each class"):
-        representation_risk(emb, y, groups, **FAST)
+        representation_risk(emb, y, groups=groups, **FAST)
 
 
 def test_constant_target_nan_embeddings_mismatched_rows():
     emb, y, groups = _data(n_patients=40)
     with pytest.raises(InputError, match="constant"):
-        evaluate_partition(emb, np.ones_like(y), groups, **FAST)
+        evaluate_partition(emb, np.ones_like(y), groups=groups, **FAST)
     with pytest.raises(InputError, match="constant"):
-        evaluate_partition(emb, np.full(y.size, 3.5), groups, task="regression", **FAST)
+        evaluate_partition(emb, np.full(y.size, 3.5), groups=groups, task="regression", **FAST)
     broken = dict(emb, noise=emb["noise"].copy())
     broken["noise"][[3, 7], 0] = np.nan
     with pytest.raises(InputError, match=r"embeddings of 'noise' hold NaN.*2 row\(s\)"):
-        evaluate_partition(broken, y, groups, **FAST)
+        evaluate_partition(broken, y, groups=groups, **FAST)
     with pytest.raises(InputError, match="different numbers of rows.*row-aligned"):
-        evaluate_partition(dict(emb, noise=emb["noise"][:-1]), y, groups, **FAST)
+        evaluate_partition(dict(emb, noise=emb["noise"][:-1]), y, groups=groups, **FAST)
     with pytest.raises(InputError, match="y has 79 values but the embeddings have 80 rows"):
-        evaluate_partition(emb, y[:-1], groups, **FAST)
+        evaluate_partition(emb, y[:-1], groups=groups, **FAST)
     with pytest.raises(InputError, match="y has 1 missing"):
-        evaluate_partition(emb, np.where(np.arange(y.size) == 4, np.nan, y), groups, task="regression", **FAST)
+        evaluate_partition(emb, np.where(np.arange(y.size) == 4, np.nan, y), groups=groups, task="regression", **FAST)
 
 
 def test_option_errors():
     emb, y, groups = _data(n_patients=40)
     with pytest.raises(InputError, match="non-empty mapping"):
-        evaluate_partition({}, y, groups)
+        evaluate_partition({}, y, groups=groups)
     with pytest.raises(InputError, match="non-empty mapping"):
-        evaluate_partition([emb["signal"]], y, groups)
+        evaluate_partition([emb["signal"]], y, groups=groups)
     with pytest.raises(InputError, match="heads must be"):
-        evaluate_partition(emb, y, groups, heads=["svm"])
+        evaluate_partition(emb, y, groups=groups, heads=["svm"])
     with pytest.raises(InputError, match="union_size"):
-        evaluate_partition(emb, y, groups, union_size=1)
+        evaluate_partition(emb, y, groups=groups, union_size=1)
     with pytest.raises(InputError, match="binary target.*3 distinct"):
-        evaluate_partition(emb, np.arange(y.size) % 3, groups, task="classification")
+        evaluate_partition(emb, np.arange(y.size) % 3, groups=groups, task="classification")
     with pytest.raises(InputError, match="reserved"):
-        evaluate_partition({"union": emb["signal"]}, y, groups)
+        evaluate_partition({"union": emb["signal"]}, y, groups=groups)
     with pytest.raises(InputError, match="fractions"):
-        evaluate_partition(emb, y, groups, fractions=(0.8, 0.2))
-    tr, va, te = outer_partition(y, groups)
+        evaluate_partition(emb, y, groups=groups, fractions=(0.8, 0.2))
+    tr, va, te = outer_partition(y, groups=groups)
     with pytest.raises(InputError, match="both the train and the test partition"):
-        evaluate_partition(emb, y, groups, partition=(tr, va, np.r_[te, tr[:1]]))
+        evaluate_partition(emb, y, groups=groups, partition=(tr, va, np.r_[te, tr[:1]]))
 
 
 # --------------------------------------------------------------------------- exact validation messages
@@ -450,19 +507,19 @@ def test_target_checks_exact_messages_and_encoding():
 def test_option_checks_exact_messages():
     from crslib import risk
 
-    assert risk._check_groups(None, 3).tolist() == [0, 1, 2]
-    assert _risk_message(risk._check_groups, [1, 2], 3) == "groups must hold one patient id per image (3), got shape (2,)"
-    assert _risk_message(risk._check_groups, [1, None, np.nan], 3) == (
+    assert check_groups(None, 3).tolist() == [0, 1, 2]
+    assert _risk_message(check_groups, [1, 2], 3) == "groups must hold one patient id per image (3), got shape (2,)"
+    assert _risk_message(check_groups, [1, None, np.nan], 3) == (
         "groups has 2 missing patient id(s); every image needs its patient id")
-    assert risk._check_groups(np.array([3, "3b", 3], dtype=object), 3).tolist() == ["3", "3b", "3"]
+    assert check_groups(np.array([3, "3b", 3], dtype=object), 3).tolist() == ["3", "3b", "3"]
     assert risk._check_heads("knn") == ("knn",) and risk._check_heads(["knn", "knn"]) == ("knn",)
     assert _risk_message(risk._check_heads, []) == f"heads must be a non-empty subset of {', '.join(HEADS)}, got []"
-    assert _risk_message(risk._check_fractions, "abc") == (
+    assert _risk_message(check_fractions, "abc") == (
         "fractions must be three numbers (train, validation, test), got 'abc'")
     for bad in [(0.5, 0.5), (0.6, 0.4, 0.0), (0.6, 0.2, float("inf"))]:
-        assert _risk_message(risk._check_fractions, bad) == (
+        assert _risk_message(check_fractions, bad) == (
             f"fractions must be three positive numbers (train, validation, test), e.g. (0.6, 0.2, 0.2); got {bad!r}")
-    assert risk._check_fractions([3, 1, 1]) == (3.0, 1.0, 1.0)
+    assert check_fractions([3, 1, 1]) == (3.0, 1.0, 1.0)
     for bad in (-1, True, 1.5, None):
         assert _risk_message(risk._check_seed, bad) == f"random_state must be a non-negative integer, got {bad!r}"
     assert risk._check_seed(np.int64(0)) == 0

@@ -169,7 +169,7 @@ def test_permutation_test():
 
 
 def test_grouped_partition_keeps_groups_whole_and_disjoint() -> None:
-    from crslib.stats import grouped_partition
+    from crslib.splits import grouped_partition
 
     groups = np.repeat(np.arange(40), 3)
     parts = grouped_partition(groups, (0.5, 0.25, 0.25), random_state=1)

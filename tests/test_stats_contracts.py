@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy.stats import pearsonr, spearmanr
 
-from crslib import stats
+from crslib import splits, stats
 from crslib.errors import InputError
 
 
@@ -268,17 +268,17 @@ def test_resampler_draws_whole_groups_within_strata():
 
 def test_grouped_partition_fractions_and_messages():
     groups = np.repeat(np.arange(20), 3)
-    parts = stats.grouped_partition(groups, (0.5, 0.25, 0.25))
+    parts = splits.grouped_partition(groups, (0.5, 0.25, 0.25))
     assert [len(np.unique(groups[p])) for p in parts] == [10, 5, 5]
     assert sorted(np.concatenate(parts).tolist()) == list(range(60))
     assert all(np.all(np.diff(p) > 0) for p in parts)
-    default = stats.grouped_partition(groups, (0.5, 0.5))
-    assert all(np.array_equal(a, b) for a, b in zip(default, stats.grouped_partition(groups, (0.5, 0.5),
+    default = splits.grouped_partition(groups, (0.5, 0.5))
+    assert all(np.array_equal(a, b) for a, b in zip(default, splits.grouped_partition(groups, (0.5, 0.5),
                                                                                        random_state=0)))
     # a part never comes out empty, even for a tiny fraction
-    tiny = stats.grouped_partition(np.arange(10), (0.98, 0.01, 0.01))
+    tiny = splits.grouped_partition(np.arange(10), (0.98, 0.01, 0.01))
     assert [len(p) for p in tiny] == [8, 1, 1]
-    assert _message(stats.grouped_partition, [0, 0, 1], (0.4, 0.3, 0.3)) == (
+    assert _message(splits.grouped_partition, [0, 0, 1], (0.4, 0.3, 0.3)) == (
         "need at least 3 patients to split the images, found 2")
 
 
@@ -450,7 +450,7 @@ def test_delong_missing_scores_from_lists():
 
 def test_grouped_partition_relative_shares_and_small_parts():
     groups = np.arange(10)
-    parts = stats.grouped_partition(groups, (2, 1, 1))  # shares, not fractions
+    parts = splits.grouped_partition(groups, (2, 1, 1))  # shares, not fractions
     assert [len(p) for p in parts] == [5, 3, 2]  # bounds round(10 * [2, 3, 4] / 4) = [5, 8, 10]
-    assert [len(p) for p in stats.grouped_partition(groups, (0.5, 0.001, 0.499))] == [5, 1, 4]
-    assert [len(p) for p in stats.grouped_partition([7, 8, 9], (1, 1, 1))] == [1, 1, 1]
+    assert [len(p) for p in splits.grouped_partition(groups, (0.5, 0.001, 0.499))] == [5, 1, 4]
+    assert [len(p) for p in splits.grouped_partition([7, 8, 9], (1, 1, 1))] == [1, 1, 1]

@@ -8,6 +8,7 @@ import pytest
 from sklearn.metrics import r2_score
 
 from crslib import transfer as tr
+from crslib.splits import grouped_split
 from crslib.errors import InputError
 
 
@@ -157,7 +158,7 @@ def test_transfer_sweep_patient_disjoint_and_capped():
     by_n = t.groupby("n_map").retention.mean()
     assert by_n.loc[pool] > 0.97 and by_n.loc[256] > 0.97
     assert by_n.loc[8] < by_n.loc[pool]  # 8 images cannot pin down a 16-d map
-    parts = tr._grouped_split(patients, (0.5, 0.25, 0.25), np.random.default_rng(0))
+    parts = grouped_split(patients, (0.5, 0.25, 0.25), np.random.default_rng(0))
     sets = [set(patients[p]) for p in parts]
     assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
     assert sum(len(p) for p in parts) == 1200

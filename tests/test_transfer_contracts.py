@@ -15,6 +15,7 @@ from sklearn.linear_model import Ridge
 from sklearn.model_selection import KFold
 
 from crslib import transfer as T
+from crslib.splits import grouped_split
 from crslib.errors import InputError
 
 
@@ -227,7 +228,7 @@ def test_transfer_sweep_split_defaults_and_pool():
     assert not other["auroc_transferred"].equals(table["auroc_transferred"].iloc[:1])
     # the same split in a direct call: patients are shuffled, not taken in order
     rng = np.random.default_rng(0)
-    pool, train, test = T._grouped_split(groups, np.array([0.5, 0.25, 0.25]), rng)
+    pool, train, test = grouped_split(groups, np.array([0.5, 0.25, 0.25]), rng)
     assert (pool.size, train.size, test.size) == (100, 50, 50)
     assert not np.array_equal(np.unique(groups[pool]), np.arange(50))
     assert not set(groups[pool]) & set(groups[train]) and not set(groups[train]) & set(groups[test])
@@ -326,7 +327,7 @@ def test_transfer_sweep_rows_equal_classifier_transfer_on_the_same_split():
     sweep = T.transfer_sweep(old, new, labels, groups=groups, n_values=(10, 40), n_resamples=30, random_state=4)
     assert list(sweep.columns[:3]) == ["n_map", "alpha", "finding"]
     rng = np.random.default_rng(4)
-    pool, train, test = T._grouped_split(groups, np.array([0.5, 0.25, 0.25]), rng)
+    pool, train, test = grouped_split(groups, np.array([0.5, 0.25, 0.25]), rng)
     pool = pool[rng.permutation(pool.size)]
     for nv in (10, 40):
         direct = T.classifier_transfer(old, new, labels, map_idx=pool[:nv], train_idx=train, test_idx=test,

@@ -1,0 +1,408 @@
+"""HTML reports: the self-contained pages ``crs audit``, ``crs risk`` and ``crs compare`` write.
+
+One home for every report: one stylesheet (:data:`CSS`), one page wrapper
+(:func:`_page`), and one renderer per result object:
+
+- :func:`render_audit_html` for :class:`crslib.audit.AuditResult` (split
+  facts, partition and shortcut tables, a plain-language reading of each
+  number next to the paper's numbers);
+- :func:`render_risk_html` for :class:`crslib.risk_results.RiskResult` objects, one
+  section per task;
+- :func:`render_report_html` for :class:`crslib.compare.CompareResult`
+  (figures embedded as PNG data URIs).
+
+Pages have inline CSS and no scripts or external assets. Every string a user
+provides (file names, column values, model specs, task names) is
+HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+import math
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from crslib import paper
+from crslib.audit import PAPER_NUMBERS, AuditResult, PartitionAuditResult
+from crslib.errors import InputError
+from crslib.risk_results import RiskResult
+from crslib.shortcut import ShortcutAuditResult
+
+if TYPE_CHECKING:  # pragma: no cover - annotations only
+    from crslib.compare import CompareResult
+
+__all__ = ["CSS", "render_audit_html", "render_risk_html", "render_report_html"]
+
+#: The one stylesheet of every report.
+CSS = """body{font-family:system-ui,sans-serif;max-width:62em;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
+table{border-collapse:collapse;margin:.8em 0}td,th{border:1px solid #ccc;padding:.3em .6em;text-align:left}
+th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
+table.dataframe{font-size:90%}table.dataframe td{text-align:right;font-variant-numeric:tabular-nums}
+figure{margin:1em 0}img{max-width:100%}
+.reading{background:#f7f9fc;border-left:4px solid #4a78b5;padding:.6em 1em;margin:.8em 0}
+.paper{color:#555}.note{background:#fff6e0;border-left:4px solid #d9a400;padding:.5em 1em}"""
+
+
+def _page(title: str, body: str) -> str:
+    """A complete HTML document: ``title`` (escaped here) and ``body`` (HTML, escaped by the caller)."""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"/>
+<title>{html.escape(title)}</title>
+<style>{CSS}</style>
+</head><body>
+{body}
+</body></html>
+"""
+
+
+# --------------------------------------------------------------------------- audit
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if isinstance(value, (float, np.floating)):
+        return "n/a" if not math.isfinite(float(value)) else f"{float(value):.{digits}f}"
+    return str(value)
+
+
+def _html_table(frame: pd.DataFrame, digits: int = 3) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for _, row in frame.iterrows():
+        cells = []
+        for value in row:
+            numeric = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+            cls = ' class="num"' if numeric else ""
+            cells.append(f"<td{cls}>{html.escape(_fmt(value, digits))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _ci(value: float, low: float, high: float) -> str:
+    return f"{_fmt(value)} (95% CI {_fmt(low)} to {_fmt(high)})"
+
+
+def _evidence(low: float, p_value: float, chance: float, n_permutations: int) -> bool | None:
+    """Is the number above chance? Decided by the permutation test when there
+    is one, else by the (too narrow) interval. Appends nothing; see callers."""
+    if n_permutations and math.isfinite(p_value):
+        return p_value < 0.05
+    if not math.isfinite(low):
+        return None
+    return low > chance
+
+
+def _evidence_text(low: float, p_value: float, chance: float, n_permutations: int) -> str:
+    if n_permutations and math.isfinite(p_value):
+        verdict = "above chance" if p_value < 0.05 else "indistinguishable from chance"
+        return (f"a permutation test ({n_permutations} shuffles of whole patients) finds it {verdict} "
+                f"(p = {p_value:.3f}). ")
+    if not math.isfinite(low):
+        return ""
+    if low > chance:
+        return (f"the interval lies above {chance:.3g}, but it leaves out the variability of refitting the "
+                "classifier and is too narrow, so a lower bound close to it is weak evidence (run with "
+                "n_permutations for a test). ")
+    return f"the interval includes {chance:.3g}. "
+
+
+def _read_partition(result: PartitionAuditResult, what: str, test: str) -> str:
+    row = result.table.iloc[0]
+    auc, low, high = float(row["auc"]), float(row["low"]), float(row["high"])
+    text = (f"A classifier given only {what} tells an image of the official {test} split from an image of the "
+            f"training pool with an AUC of {_ci(auc, low, high)}, estimated out of fold with patient-grouped "
+            f"cross-validation. An AUC of 0.5 means the two cannot be told apart; 1.0 means every test image "
+            f"can be picked out. ")
+    sentence = _evidence_text(low, float(row["p_value"]), 0.5, result.n_permutations)
+    text += sentence[:1].upper() + sentence[1:]
+    differs = _evidence(low, float(row["p_value"]), 0.5, result.n_permutations)
+    if differs is None:
+        pass
+    elif differs:
+        text += ("So the test split differs from the pool in these respects: a test score measures transfer to "
+                 "a shifted batch as well as performance on the training distribution. ")
+    else:
+        text += ("So these data give no evidence that the test split differs from the pool in these respects "
+                 "(which is not proof that it does not). ")
+    per_class = result.table.iloc[1:]
+    if len(per_class):
+        parts = [f"{r['scope'].removeprefix('class=')}: {_fmt(r['auc'])}" for _, r in per_class.iterrows()]
+        text += f"Within each class the AUC is {'; '.join(parts)}. "
+    text += (f'<span class="paper">For comparison, the paper reports a partition AUC of '
+             f"{PAPER_NUMBERS['partition_auc']:.3f} on the Kermany pediatric chest X-rays overall and "
+             f"{PAPER_NUMBERS['partition_auc_normal']:.3f} among normal images (the paper's numbers, not this "
+             "data's).</span>")
+    return text
+
+
+def _read_shortcut(result: ShortcutAuditResult, test: str) -> str:
+    pool = result.table.set_index("scope").loc["pool"]
+    tst = result.table.set_index("scope").loc["test"]
+    chance = float(pool["chance"])
+    text = (f"A classifier that sees only file properties (size, dimensions, container, bit depth, JPEG "
+            f"settings, metadata), never what the image shows, predicts the label with a balanced accuracy of "
+            f"{_ci(pool['balanced_accuracy'], pool['low'], pool['high'])} in the training pool (patient-grouped "
+            f"cross-validation) and {_ci(tst['balanced_accuracy'], tst['low'], tst['high'])} on the official "
+            f"{test} split (a model fitted on the whole pool). Chance is {chance:.3f}. ")
+    text += "In the pool, " + _evidence_text(float(pool["low"]), float(pool["p_value"]), chance, result.n_permutations)
+    pool_above = bool(_evidence(float(pool["low"]), float(pool["p_value"]), chance, result.n_permutations))
+    text += "On the test split, " + _evidence_text(float(tst["low"]), float(tst["p_value"]), chance,
+                                                   result.n_permutations)
+    test_above = _evidence(float(tst["low"]), float(tst["p_value"]), chance, result.n_permutations)
+    test_at_chance = not test_above
+    if pool_above and test_at_chance:
+        text += ("File encoding carries the label in the pool but not in the test split: a model can learn "
+                 "this shortcut during training and the test split will not reveal it, nor reward it. ")
+    elif pool_above:
+        text += ("File encoding carries label information in the pool and, to a degree, on the test split "
+                 "too; a model may use it, and the test score would partly credit that. ")
+    else:
+        text += "These data give no evidence that file properties carry the label in the pool. "
+    imp = result.importances
+    if len(imp):
+        top = imp[imp["importance_mean"] > 0.005].head(3)
+        if len(top):
+            text += ("The properties the pool classifier relies on most (drop of out-of-fold balanced accuracy "
+                     "when permuted): " + ", ".join(f"{html.escape(str(r.feature))} ({r.importance_mean:.3f})"
+                                                  for r in top.itertuples()) + ". ")
+        else:
+            text += ("Permuting any single property barely changes the pool's balanced accuracy: the "
+                     "information is spread over several properties that carry it redundantly. ")
+        alone = imp.dropna(subset=["alone"]).sort_values("alone", ascending=False, kind="stable")
+        strong = alone[alone["alone"] >= chance + 0.5 * (1.0 - chance)]
+        if len(strong):
+            shown = ", ".join(f"{html.escape(str(r.feature))} ({r.alone:.3f})" for r in strong.head(6).itertuples())
+            more = f" and {len(strong) - 6} more" if len(strong) > 6 else ""
+            text += f"Properties that predict the label in the pool by themselves (balanced accuracy alone): {shown}{more}. "
+    text += (f'<span class="paper">For comparison, the paper reports {PAPER_NUMBERS["shortcut_pool"]:.3f} in the '
+             f"pool and {PAPER_NUMBERS['shortcut_test']:.3f} on the test split of the Kermany pediatric chest "
+             "X-rays (the paper's numbers, not this data's).</span>")
+    return text
+
+
+def render_audit_html(result: AuditResult) -> str:
+    """A self-contained HTML report of an audit (inline CSS, no external assets).
+
+    Parameters
+    ----------
+    result : AuditResult
+        From :func:`run_audit`.
+
+    Returns
+    -------
+    str
+        A complete HTML document: split facts, the partition and shortcut
+        tables, the most important file properties, and a plain-language
+        reading of each number next to the paper's numbers (quoted as the
+        paper's).
+
+    Examples
+    --------
+    >>> html_text = render_audit_html(result)  # doctest: +SKIP
+    """
+    if not isinstance(result, AuditResult):
+        raise InputError(f"render_audit_html needs an AuditResult from run_audit, got {type(result).__name__}")
+    prov = result.provenance
+    split_rows = []
+    for entry in prov["splits"]:
+        classes = ", ".join(f"{k}: {v}" for k, v in entry.get("classes", {}).items())
+        split_rows.append({"split": entry["split"], "images": entry["images"], "patients": entry["patients"],
+                           f"images per {result.label_column}": classes})
+    split_table = _html_table(pd.DataFrame(split_rows))
+    n_shared = prov["n_patients_in_several_splits"]
+    if n_shared:
+        shown = ", ".join(f"{p['patient_id']} ({'/'.join(p['splits'])})" for p in prov["patients_in_several_splits"][:10])
+        leak = (f"<p><b>{n_shared} patient(s) have images in more than one split</b> (e.g. {html.escape(shown)}). "
+                "Images of one patient in both the training pool and the test split let a model recognise the "
+                "patient rather than the finding.</p>")
+    else:
+        leak = "<p>No patient has images in more than one split.</p>"
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in result.notes)
+    sections = [
+        f"<h2>Splits</h2>{split_table}{leak}",
+        "<h2>Partition classifier on file properties</h2>"
+        f'<p class="reading">{_read_partition(result.partition_properties, "file properties", result.test)}</p>'
+        + _html_table(result.partition_properties.table),
+    ]
+    if result.partition_embeddings is not None:
+        name = result.embedding_name or "an encoder"
+        sections.append(
+            f"<h2>Partition classifier on embeddings ({html.escape(name)})</h2>"
+            f'<p class="reading">{_read_partition(result.partition_embeddings, f"the embeddings of {html.escape(name)}", result.test)}</p>'
+            + _html_table(result.partition_embeddings.table)
+        )
+    sections.append(
+        "<h2>Shortcut classifier: file properties to label</h2>"
+        f'<p class="reading">{_read_shortcut(result.shortcut, result.test)}</p>'
+        + _html_table(result.shortcut.table)
+        + "<h3>Most important file properties (pool, out of fold)</h3>"
+        + _html_table(result.shortcut.importances.head(15))
+    )
+    return _page("crs audit: split and file-property audit", f"""<h1>Split and file-property audit</h1>
+<p>{result.n_images:,} images; label column <code>{html.escape(result.label_column)}</code>; training pool
+{html.escape(' + '.join(result.pool))}, official test split {html.escape(result.test)}. Every interval is a 95%
+percentile bootstrap over patients; every classifier is evaluated on patients it was not fitted on.</p>
+{notes}
+{''.join(sections)}""")
+
+
+# --------------------------------------------------------------------------- representation risk
+
+
+def render_risk_html(outcomes: Mapping[str, RiskResult]) -> str:
+    """A self-contained HTML summary of :func:`representation_risk` results.
+
+    Parameters
+    ----------
+    outcomes : mapping of task name -> RiskResult
+
+    Returns
+    -------
+    str
+        One HTML page (inline CSS, tables only, no external assets).
+
+    Examples
+    --------
+    >>> from crslib.risk import representation_risk
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.repeat(np.tile([0, 1], 30), 2)
+    >>> emb = {"a": rng.normal(size=(120, 4)) + y[:, None], "b": rng.normal(size=(120, 4))}
+    >>> res = representation_risk(emb, y, groups=np.repeat(np.arange(60), 2), heads=("linear",), n_partitions=2,
+    ...                           n_resamples=50)
+    >>> render_risk_html({"y": res}).startswith("<!DOCTYPE html>")
+    True
+    """
+    if not isinstance(outcomes, Mapping) or not outcomes:
+        raise InputError("render_risk_html needs a non-empty mapping of task name -> RiskResult")
+    sections = []
+    for task, result in outcomes.items():
+        if not isinstance(result, RiskResult):
+            raise InputError(f"outcome of task {task!r} is a {type(result).__name__}, not a RiskResult")
+        primary = result.primary
+        union = primary.union
+        scores = result.selected_test_scores
+        columns = ["candidate", "val_score", "val_low", "val_high", "test_score", "test_low", "test_high",
+                   "test_secondary", "selected"]
+        candidates = primary.candidates.sort_values("val_rank")[columns]
+        sections.append(
+            f"<h2>{html.escape(str(task))} ({html.escape(result.task)}, {html.escape(result.metric)})</h2>"
+            f"<p>Selected on validation (first partition): <b>{html.escape(primary.selected)}</b>, test "
+            f"{html.escape(result.metric)} {primary.selected_row['test_score']:.3f} "
+            f"[{primary.selected_row['test_low']:.3f}, {primary.selected_row['test_high']:.3f}]. "
+            f"Feature union: {'chosen' if union.get('chosen') else 'not chosen'} "
+            f"({html.escape(str(union.get('reason', '')))}). Over {len(result.partitions)} partitions the "
+            f"selected candidate's test score ranged {scores.min():.3f}-{scores.max():.3f} "
+            f"(mean {scores.mean():.3f}).</p>"
+            "<h3>Candidates (first partition)</h3>" + candidates.round(4).to_html(index=False)
+            + "<h3>Paired test comparisons with the selected candidate</h3>"
+            + primary.comparisons.round(4).to_html(index=False)
+            + "<h3>Selection over repeated partitions</h3>" + result.selection_counts.round(3).to_html(index=False)
+            + "<h3>Test score spread over partitions</h3>" + result.spread.round(4).to_html(index=False)
+        )
+    return _page("crs risk", (
+        "<h1>Representation risk</h1><p>Encoders benchmarked under common dimension control (PCA "
+        "fitted on training rows), several heads, selection on a locked validation partition, feature union "
+        "only with validation evidence, paired and split-level uncertainty (patient-grouped).</p>"
+        + "".join(sections)
+    ))
+
+
+# --------------------------------------------------------------------------- model replacement check
+
+
+def _figure_png(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def render_report_html(result: CompareResult) -> str:
+    """A self-contained HTML report of a model-replacement check (figures embedded as PNG data URIs).
+
+    Parameters
+    ----------
+    result : CompareResult
+        From :func:`crslib.compare.compare_embeddings`.
+
+    Returns
+    -------
+    str
+        A complete HTML document: the overlap with its interval, chance and
+        the reference, the map's R^2, the gate's verdict, the subgroup and
+        transfer tables and their figures.
+
+    Examples
+    --------
+    >>> page = render_report_html(result)  # doctest: +SKIP
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    from crslib import plots
+
+    figures = []
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    plots.overlap_histogram(np.asarray(result.per_image), k=result.k, chance=result.chance,
+                            reference=result.reference_overlap, ax=ax)
+    figures.append(("Per-image overlap", _figure_png(fig)))
+    plt.close(fig)
+    if result.subgroups:
+        fig, ax = plt.subplots(figsize=(6, 0.35 * len(result.subgroups) + 1.2))
+        plots.subgroup_overlap(pd.DataFrame(result.subgroups), chance=result.chance, ax=ax)
+        figures.append(("Overlap by subgroup", _figure_png(fig)))
+        plt.close(fig)
+    if result.transfer:
+        fig, ax = plt.subplots(figsize=(6, 0.35 * len(result.transfer) + 1.2))
+        plots.retention_bars(pd.DataFrame(result.transfer), ax=ax)
+        figures.append(("Classifier transfer retention", _figure_png(fig)))
+        plt.close(fig)
+
+    def row(name: str, value: str) -> str:
+        return f"<tr><th>{html.escape(name)}</th><td>{html.escape(value)}</td></tr>"
+
+    rows = [
+        row("old model", result.old),
+        row("new model", result.new),
+        row("images", f"{result.n_images:,}"),
+        row(f"mutual {result.k}-NN overlap", f"{result.overlap:.3f} (95% CI {result.overlap_low:.3f}-{result.overlap_high:.3f})"),
+        row("chance k/(N-1)", f"{result.chance:.4f}"),
+    ]
+    for role, info in result.search.items():
+        if info.get("recall") is not None:
+            rows.append(row(f"{role} model's neighbours", f"approximate ({info['index']}), recall@{result.k} "
+                            f"{info['recall']:.3f} against exact search on {info['recall_sample']:,} queries"))
+    if result.overlap_error_bound > 0:
+        rows.append(row("overlap error bound (approximate index)", f"at most {result.overlap_error_bound:.3f}"))
+    if result.reference_overlap is not None:
+        rows.append(row(f"old vs {result.reference}", f"{result.reference_overlap:.3f} "
+                        f"(95% CI {result.reference_low:.3f}-{result.reference_high:.3f})"))
+    if result.map_r2 is not None:
+        rows.append(row("linear map new -> old, held-out R^2", f"{result.map_r2:.3f}"))
+    if result.passed is not None:
+        verdict = "PASS" if result.passed else "FAIL"
+        rows.append(row("gate", f"{verdict}: upper CI bound {result.overlap_high:.3f} vs --min-overlap {result.min_overlap:.3f}"))
+    tables = ""
+    if result.subgroups:
+        tables += "<h2>Overlap by subgroup</h2>" + pd.DataFrame(result.subgroups).round(4).to_html(index=False)
+    if result.transfer:
+        tables += "<h2>Classifier transfer</h2>" + pd.DataFrame(result.transfer).round(4).to_html(index=False)
+    images = "".join(
+        f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}"/>'
+        f"<figcaption>{html.escape(title)}</figcaption></figure>"
+        for title, data in figures
+    )
+    return _page(f"crs compare: {result.old} vs {result.new}", f"""<h1>Model replacement check</h1>
+<p>Do the two models return the same nearest neighbours for the same images? The mutual k-NN overlap is the share
+of each image's k nearest neighbours (cosine) that both models have in common, averaged over images.
+For reference, CRS-Bench reports {paper.value("public_pair_overlap"):.3f} of 10 neighbours between public models on chest
+radiographs and {paper.value("random_init_overlap"):.3f} for a random network (the paper's numbers, not this data's).</p>
+<table>{''.join(rows)}</table>
+{images}
+{tables}""")

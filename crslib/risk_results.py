@@ -1,0 +1,299 @@
+"""Result objects of the representation-risk workflow, and the files they save.
+
+:func:`crslib.risk.evaluate_partition` returns a :class:`PartitionResult`
+(one partition: every candidate's scores, the selection, the union decision,
+the paired comparisons); :func:`crslib.risk.representation_risk` returns a
+:class:`RiskResult` (the workflow repeated on several partitions, with the
+spread, selection counts and rank stability). A :class:`RiskResult` writes its
+tables with :meth:`RiskResult.save`, which ``crs risk`` and the book's
+representation-risk notebook both call, so that both write the same files;
+:func:`stability_table` sets several results side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from crslib._io import atomic_write_text, json_ready
+from crslib.errors import InputError
+
+__all__ = ["LOOKAGAIN_FACTS", "PartitionResult", "RiskResult", "stability_table"]
+
+#: Facts about the public LOOKAGAIN-ML software, quoted as its own settings.
+LOOKAGAIN_FACTS: dict[str, Any] = {
+    "n_encoders": 10,
+    "pca_components": 128,
+    "pca_fitted_on": "outer training set",
+    "n_bootstrap": 2000,
+    "cka": "linear CKA on 400 training samples",
+    "feature_union": "only through nested validation selection",
+}
+
+
+@dataclass
+class PartitionResult:
+    """The workflow on one patient-grouped train / validation / test partition.
+
+    Attributes
+    ----------
+    candidates : DataFrame
+        One row per candidate (encoder x head, then the feature union):
+        ``candidate`` (``"encoder/head"``; the union is ``"union/linear"``),
+        ``encoder``, ``head``, ``members`` (encoders whose features it uses),
+        ``n_features`` (input dimension of the head), ``param`` (the
+        hyperparameter chosen by inner CV), ``inner_score`` (its inner-CV
+        primary metric on the training rows; NaN for the MLP, whose settings
+        are fixed), ``val_score``, ``val_low``, ``val_high``,
+        ``val_secondary``, ``val_rank`` (1 = best on validation),
+        ``test_score``, ``test_low``, ``test_high``, ``test_secondary`` and
+        ``selected``. ``*_score`` is the primary metric (AUROC or R^2),
+        ``*_low``/``*_high`` its percentile interval from a patient-grouped
+        bootstrap, ``*_secondary`` accuracy at 0.5 or mean absolute error.
+    selected : str
+        The selected candidate (chosen on validation only).
+    union : dict
+        The feature-union decision: ``evaluated``, ``members``,
+        ``candidate``, ``best_single``, ``gain`` (validation score of the
+        union minus that of the best single-encoder candidate), ``low``,
+        ``high``, ``share_positive`` (paired bootstrap on validation),
+        ``chosen`` (``low > 0``) and ``reason``.
+    comparisons : DataFrame
+        Paired test bootstrap of every other candidate against the selected
+        one: ``candidate``, ``encoder``, ``head``, ``difference``
+        (candidate minus selected), ``low``, ``high``, ``share_positive``
+        (share of resamples where the candidate beats the selected one).
+    reduction : DataFrame
+        Per encoder: ``encoder``, ``n_features``, ``n_components``,
+        ``explained_variance``, ``n_train``.
+    train_idx, val_idx, test_idx : ndarray
+        Row indices of the partitions.
+    predictions : dict
+        Candidate -> prediction for every row (probability or value).
+    task, metric, secondary_metric : str
+    classes : list or None
+        The two label values (the second is the positive class).
+    partition : int
+        Index of the partition in :func:`crslib.risk.representation_risk`.
+    random_state : int
+        Seed of this partition.
+    n_resamples : int
+    confidence : float
+    """
+
+    candidates: pd.DataFrame
+    selected: str
+    union: dict[str, Any]
+    comparisons: pd.DataFrame
+    reduction: pd.DataFrame
+    train_idx: np.ndarray = field(repr=False)
+    val_idx: np.ndarray = field(repr=False)
+    test_idx: np.ndarray = field(repr=False)
+    predictions: dict[str, np.ndarray] = field(repr=False, default_factory=dict)
+    task: str = "classification"
+    metric: str = "auroc"
+    secondary_metric: str = "accuracy"
+    classes: list[Any] | None = None
+    partition: int = 0
+    random_state: int = 0
+    n_resamples: int = 2000
+    confidence: float = 0.95
+
+    @property
+    def selected_row(self) -> pd.Series:
+        """The selected candidate's row of :attr:`candidates`."""
+        return self.candidates.loc[self.candidates["candidate"] == self.selected].iloc[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (floats rounded to 4 digits, NaN as None)."""
+        return json_ready(digits=4, obj={
+            "partition": self.partition,
+            "random_state": self.random_state,
+            "task": self.task,
+            "metric": self.metric,
+            "secondary_metric": self.secondary_metric,
+            "classes": None if self.classes is None else [str(c) for c in self.classes],
+            "n_train": int(self.train_idx.size),
+            "n_val": int(self.val_idx.size),
+            "n_test": int(self.test_idx.size),
+            "n_resamples": self.n_resamples,
+            "confidence": self.confidence,
+            "selected": self.selected,
+            "union": self.union,
+            "candidates": self.candidates,
+            "comparisons": self.comparisons,
+            "reduction": self.reduction,
+        })
+
+
+@dataclass
+class RiskResult:
+    """The workflow repeated on ``n_partitions`` patient-grouped partitions.
+
+    Attributes
+    ----------
+    primary : PartitionResult
+        Partition 0, reported in full.
+    partitions : list of PartitionResult
+        Every partition (the first is :attr:`primary`).
+    all_partitions : DataFrame
+        Every partition's candidates table with a ``partition`` column.
+    spread : DataFrame
+        Per candidate: ``candidate``, ``encoder``, ``head``, ``val_mean``,
+        and the test score's ``mean``, ``sd``, ``min``, ``max`` over
+        partitions, ``n_partitions`` and ``times_selected``.
+    selection_counts : DataFrame
+        ``encoder`` (each encoder, then ``"union"``), ``count`` (partitions
+        in which a candidate of it was selected) and ``share``.
+    rank_stability : DataFrame
+        Per encoder, scored in each partition by its validation-best head:
+        ``mean_val_rank``, ``mean_test_rank`` (1 = best), ``share_first_val``
+        and ``share_first_test`` (share of partitions where it ranks first).
+    rank_correlation : dict
+        ``validation`` and ``test``: mean Spearman correlation of the
+        encoders' scores between every pair of partitions (NaN with one
+        partition or fewer than two encoders).
+    task, metric, secondary_metric : str
+    settings : dict
+        The options of the run.
+    """
+
+    primary: PartitionResult
+    partitions: list[PartitionResult] = field(repr=False)
+    all_partitions: pd.DataFrame = field(repr=False)
+    spread: pd.DataFrame
+    selection_counts: pd.DataFrame
+    rank_stability: pd.DataFrame
+    rank_correlation: dict[str, float]
+    task: str = "classification"
+    metric: str = "auroc"
+    secondary_metric: str = "accuracy"
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def selected_test_scores(self) -> pd.Series:
+        """The selected candidate's test score in each partition (the workflow's result)."""
+        sel = self.all_partitions[self.all_partitions["selected"]]
+        return sel.set_index("partition")["test_score"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready summary (floats rounded to 4 digits, NaN as None)."""
+        scores = self.selected_test_scores
+        return json_ready(digits=4, obj={
+            "task": self.task,
+            "metric": self.metric,
+            "secondary_metric": self.secondary_metric,
+            "settings": self.settings,
+            "primary": self.primary.to_dict(),
+            "selected_per_partition": [p.selected for p in self.partitions],
+            "selected_test_score": {
+                "mean": float(scores.mean()), "sd": float(scores.std(ddof=1)) if scores.size > 1 else None,
+                "min": float(scores.min()), "max": float(scores.max()),
+            },
+            "spread": self.spread,
+            "selection_counts": self.selection_counts,
+            "rank_stability": self.rank_stability,
+            "rank_correlation": self.rank_correlation,
+            "lookagain_facts": LOOKAGAIN_FACTS,
+        })
+
+    def stability(self) -> dict[str, Any]:
+        """How much the outcome depends on the partition: one row of :func:`stability_table`.
+
+        Returns
+        -------
+        dict
+            ``selected most often`` (encoder, or ``"union"``), ``distinct
+            encoders selected``, the selected candidate's ``test score mean``,
+            ``test score SD`` and ``test score range`` over the partitions, the
+            ``rank correlation between partitions`` (validation, test; see
+            :attr:`rank_correlation`) and ``union chosen (partitions)``.
+        """
+        scores = self.selected_test_scores
+        return {
+            "selected most often": self.selection_counts.sort_values("count").iloc[-1]["encoder"],
+            "distinct encoders selected": int((self.selection_counts["count"] > 0).sum()),
+            "test score mean": scores.mean(),
+            "test score SD": scores.std(ddof=1),
+            "test score range": scores.max() - scores.min(),
+            "rank correlation between partitions (validation)": self.rank_correlation["validation"],
+            "rank correlation between partitions (test)": self.rank_correlation["test"],
+            "union chosen (partitions)": int(sum(p.union.get("chosen", False) for p in self.partitions)),
+        }
+
+    def save(self, folder: str | os.PathLike, *, name: str) -> list[Path]:
+        """Write the result's summary and tables into ``folder`` (created if needed), atomically.
+
+        Files, for a result named ``name`` (e.g. its target column):
+        ``risk_<name>.json`` (:meth:`to_dict`), ``candidates_<name>.csv``
+        and ``comparisons_<name>.csv`` (the first partition's candidates and
+        paired test comparisons), ``partitions_<name>.csv``
+        (:attr:`all_partitions`), ``spread_<name>.csv``,
+        ``selection_<name>.csv`` (:attr:`selection_counts`) and
+        ``stability_<name>.csv`` (:func:`stability_table` of this result).
+
+        Parameters
+        ----------
+        folder : path
+        name : str
+            Names the files; no path separators.
+
+        Returns
+        -------
+        list of Path
+            The files written.
+
+        Examples
+        --------
+        >>> import tempfile
+        >>> from crslib.risk import representation_risk
+        >>> rng = np.random.default_rng(0)
+        >>> y = np.tile([0, 1], 60)
+        >>> emb = {"good": rng.normal(size=(120, 5)) + y[:, None], "noise": rng.normal(size=(120, 5))}
+        >>> res = representation_risk(emb, y, groups=np.arange(120), heads=["linear"], n_partitions=2, n_resamples=50)
+        >>> sorted(p.name for p in res.save(tempfile.mkdtemp(), name="label"))[:3]
+        ['candidates_label.csv', 'comparisons_label.csv', 'partitions_label.csv']
+        """
+        if not isinstance(name, str) or not name or "/" in name or os.sep in name:
+            raise InputError(f"name must be a non-empty file-name part (e.g. the target column), got {name!r}")
+        folder = Path(folder)
+        written = [atomic_write_text(folder / f"risk_{name}.json", json.dumps(self.to_dict(), indent=2))]
+        tables = {"candidates": self.primary.candidates, "comparisons": self.primary.comparisons,
+                  "partitions": self.all_partitions, "spread": self.spread, "selection": self.selection_counts}
+        for stem, table in tables.items():
+            written.append(atomic_write_text(folder / f"{stem}_{name}.csv", table.to_csv(index=False)))
+        written.append(atomic_write_text(folder / f"stability_{name}.csv", stability_table({name: self}).to_csv()))
+        return written
+
+
+def stability_table(outcomes: Mapping[str, RiskResult]) -> pd.DataFrame:
+    """Split-level stability of several results side by side (one row of :meth:`RiskResult.stability` per name).
+
+    Parameters
+    ----------
+    outcomes : mapping of str -> RiskResult
+        E.g. one result per target column.
+
+    Returns
+    -------
+    DataFrame
+        Index: the names; columns: the keys of :meth:`RiskResult.stability`.
+
+    Examples
+    --------
+    >>> stability_table({"label": result}).loc["label", "distinct encoders selected"]  # doctest: +SKIP
+    1
+    """
+    if not isinstance(outcomes, Mapping) or not outcomes:
+        raise InputError("stability_table needs a non-empty mapping of name -> RiskResult")
+    for name, result in outcomes.items():
+        if not isinstance(result, RiskResult):
+            raise InputError(f"outcome {name!r} is a {type(result).__name__}, not a RiskResult")
+    return pd.DataFrame({name: result.stability() for name, result in outcomes.items()}).T
