@@ -8,8 +8,8 @@ STAMP := $(VENV)/.crs-installed
 PRESET ?= default
 PYTEST_ARGS ?=
 # analysis modules that `make mutation` mutates (see [tool.mutmut] in pyproject.toml)
-MODULES ?= agreement stats metrics audit risk transfer protocol checklist
-# own: a mutant runs only its module's tests/test_<module>*.py; all: every fast test reaching it
+MODULES ?= agreement neighbors ann similarity subgroups probes splits stats metrics audit shortcut risk risk_results transfer protocol checklist checklist_items
+# own: a mutant runs only its module's own tests (tests/conftest.py OWN_TESTS); all: every fast test reaching it
 SCOPE ?= own
 
 # Nothing downloads at run time: the HF hub fails fast instead of retrying.

@@ -20,13 +20,13 @@ log = logging.getLogger("crslib.cli")
 
 
 def _cmd_phantom(args: argparse.Namespace) -> int:
-    from crslib.phantom import generate_phantom
+    from crslib.data.phantom import generate_phantom
 
     manifest = generate_phantom(
         args.out_dir,
         n_patients=args.patients,
         image_size=args.image_size,
-        seed=args.seed,
+        random_state=args.seed,
         n_sources=args.sources,
         shortcut_strength=args.shortcut_strength,
         split_shift=args.split_shift,
@@ -51,7 +51,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     from crslib._io import atomic_save_npy
     from crslib.data import load_data
     from crslib.embed import extract_embeddings
-    from crslib.encoders import load_encoder
+    from crslib.models import load_encoder
 
     manifest = load_data(args.data)
     encoder = load_encoder(args.model)
@@ -85,7 +85,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
 def _cmd_zoo(args: argparse.Namespace) -> int:
     from crslib.config import load_preset
     from crslib.data import load_data
-    from crslib.zoo import list_zoo, train_zoo
+    from crslib.models import list_zoo, train_zoo
 
     if args.list:
         cards = list_zoo()
@@ -108,10 +108,11 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from crslib._io import atomic_write_text
     from crslib.cluster import open_client
-    from crslib.compare import binary_label_frame, compare_embeddings, render_report_html
+    from crslib.compare import binary_label_frame, compare_embeddings
     from crslib.data import load_data
     from crslib.embed import extract_embeddings
-    from crslib.encoders import load_encoder, random_init_spec
+    from crslib.models import load_encoder, random_init_spec
+    from crslib.reports import render_report_html
 
     manifest = load_data(args.data)
     labels = binary_label_frame(manifest, args.labels) if args.labels else None
@@ -157,11 +158,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
 
 def _cmd_audit(args: argparse.Namespace) -> int:
+    import json
+
     from crslib._io import atomic_write_text
-    from crslib.audit import render_audit_html, run_audit
+    from crslib.audit import run_audit
     from crslib.data import file_properties, load_data
     from crslib.embed import extract_embeddings
-    from crslib.encoders import load_encoder
+    from crslib.models import load_encoder
+    from crslib.reports import render_audit_html
 
     manifest = load_data(args.data)
     properties = file_properties(manifest, progress=None)
@@ -174,6 +178,9 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     out = Path(args.out)
     atomic_write_text(out / "audit.json", result.to_json())
     atomic_write_text(out / "audit.html", render_audit_html(result))
+    # the checklist evidence, where `crs checklist` finds it: */evidence.json of the folder holding the report
+    evidence = result.checklist_evidence(data=args.data, source="crs audit")
+    atomic_write_text(out / "evidence.json", json.dumps(evidence, indent=2))
     for what, part in (("file properties", result.partition_properties), (name, result.partition_embeddings)):
         if part is None:
             continue
@@ -185,6 +192,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     for note in result.notes:
         print(f"note: {note}")
     print(f"report: {out / 'audit.html'}")
+    print(f"checklist evidence: {out / 'evidence.json'} (crs checklist {out.resolve().parent})")
     return 0
 
 
@@ -193,7 +201,9 @@ def _cmd_risk(args: argparse.Namespace) -> int:
     from crslib.data import load_data
     from crslib.embed import embed_models
     from crslib.errors import DataError
-    from crslib.risk import render_risk_html, representation_risk
+    from crslib.reports import render_risk_html
+    from crslib.risk import representation_risk
+    from crslib.risk_results import stability_table
 
     manifest = load_data(args.data)
     tasks = [t.strip() for t in args.task.split(",") if t.strip()]
@@ -208,21 +218,17 @@ def _cmd_risk(args: argparse.Namespace) -> int:
     outcomes = {}
     for task in tasks:
         result = representation_risk(
-            embeddings, manifest[task].to_numpy(), groups.to_numpy(), n_components=args.components,
+            embeddings, manifest[task].to_numpy(), groups=groups.to_numpy(), n_components=args.components,
             n_partitions=args.partitions, n_resamples=args.resamples, random_state=args.seed,
         )
         outcomes[task] = result
-        out.mkdir(parents=True, exist_ok=True)
-        result.primary.candidates.to_csv(out / f"candidates_{task}.csv", index=False)
-        result.primary.comparisons.to_csv(out / f"comparisons_{task}.csv", index=False)
-        result.all_partitions.to_csv(out / f"partitions_{task}.csv", index=False)
-        result.spread.to_csv(out / f"spread_{task}.csv", index=False)
-        result.selection_counts.to_csv(out / f"selection_{task}.csv", index=False)
+        result.save(out, name=task)
         scores = result.selected_test_scores
         print(f"{task} ({result.task}): selected {result.primary.selected}, test {result.metric} "
               f"{result.primary.selected_row['test_score']:.3f}; over {len(scores)} partitions "
               f"{scores.min():.3f}-{scores.max():.3f}; selected most often: "
               f"{result.selection_counts.sort_values('count').iloc[-1]['encoder']}")
+    atomic_write_text(out / "stability.csv", stability_table(outcomes).to_csv())
     atomic_write_text(out / "risk.html", render_risk_html(outcomes))
     print(f"report: {out / 'risk.html'}")
     return 0
@@ -260,17 +266,7 @@ def _cmd_book(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser of ``crs`` (exposed for the CLI reference page)."""
-    parser = argparse.ArgumentParser(
-        prog="crs",
-        description="CRS companion: agreement, protocol sensitivity and representation risk "
-        "of medical image encoders.",
-    )
-    parser.add_argument("--version", action="version", version=f"crs {crslib.__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-
+def _add_phantom_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "phantom",
         help="generate the synthetic chest-radiograph data set",
@@ -290,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="single label, chest_xray/{train,val,test}/{NORMAL,PNEUMONIA}/ folders, Kermany file names")
     p.set_defaults(func=_cmd_phantom)
 
+
+def _add_embed_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "embed",
         help="extract (cached) embeddings of a data set with a model",
@@ -310,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scheduler(p)
     p.set_defaults(func=_cmd_embed)
 
+
+def _add_zoo_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "zoo",
         help="train (or reuse) the model zoo on the phantom training pool",
@@ -324,6 +324,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scheduler(p)
     p.set_defaults(func=_cmd_zoo)
 
+
+def _add_compare_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "compare",
         help="check whether a successor model returns the same neighbours as the old one",
@@ -347,13 +349,16 @@ def build_parser() -> argparse.ArgumentParser:
     _add_scheduler(p)
     p.set_defaults(func=_cmd_compare)
 
+
+def _add_audit_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "audit",
         help="audit a data set's official split and its files for shortcuts",
         description="Split and shortcut audits of study 2 on any data: a partition classifier "
         "(training pool vs official test split) from file properties and from a model's embeddings, "
         "and a classifier from file properties alone to the label, in the pool (patient-grouped CV) "
-        "and on the test split. Writes audit.html (self-contained) and audit.json.",
+        "and on the test split. Writes audit.html (self-contained), audit.json and evidence.json (the split and "
+        "shortcut items of the reporting checklist: run `crs checklist` on the folder that holds the audit folder).",
     )
     p.add_argument("--data", required=True, metavar="DATA",
                    help="manifest, data folder (e.g. a Kermany chest_xray/ copy) or 'phantom?...'")
@@ -365,6 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="crs-audit", metavar="DIR", help="report folder (default crs-audit)")
     p.set_defaults(func=_cmd_audit)
 
+
+def _add_risk_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "risk",
         help="representation risk: benchmark encoders, select on locked validation data",
@@ -384,19 +391,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="crs-risk", metavar="DIR", help="output folder (default crs-risk)")
     p.set_defaults(func=_cmd_risk)
 
+
+def _add_checklist_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "checklist",
         help="fill the seven-item reporting checklist from a run folder",
-        description="Read the evidence a book run recorded (results/*/evidence.json) and print the "
+        description="Read the evidence a book run recorded (results/*/evidence.json), or that commands such as "
+        "`crs audit --out DIR/audit` wrote (DIR/*/evidence.json), and print the "
         "seven-item reporting checklist of study 2: each item complete or missing, with the effect "
         "measured in this run beside the paper's, and its crosswalk to CLAIM 2024, TRIPOD+AI, MI-CLAIM "
         "and DOME. Writes checklist.md and checklist.json.",
     )
-    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder under runs/")
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder under runs/, or a folder holding crs audit output")
     p.add_argument("--out", metavar="DIR", help="where to write checklist.md/.json (default: RUN_DIR)")
     p.add_argument("--strict", action="store_true", help="exit 1 when an item is missing")
     p.set_defaults(func=_cmd_checklist)
 
+
+def _add_book_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "book",
         help="run the notebooks with a preset and build the book",
@@ -415,6 +427,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="public repository (https://github.com/ORG/REPO) for the repository, Binder and "
                    "Colab buttons; overrides repository.url in _config.yml (default: no such buttons)")
     p.set_defaults(func=_cmd_book)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``crs`` (exposed for the CLI reference page)."""
+    parser = argparse.ArgumentParser(
+        prog="crs",
+        description="CRS companion: agreement, protocol sensitivity and representation risk "
+        "of medical image encoders.",
+    )
+    parser.add_argument("--version", action="version", version=f"crs {crslib.__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _add_phantom_command(sub)
+    _add_embed_command(sub)
+    _add_zoo_command(sub)
+    _add_compare_command(sub)
+    _add_audit_command(sub)
+    _add_risk_command(sub)
+    _add_checklist_command(sub)
+    _add_book_command(sub)
     return parser
 
 

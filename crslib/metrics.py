@@ -258,7 +258,7 @@ def _check_threshold(threshold: float) -> float:
     return t
 
 
-def metric_score(name: str, y_true: Any, y_prob: Any, *, threshold: float = 0.5) -> float:
+def metric_score(y_true: Any, y_prob: Any, *, metric: str, threshold: float = 0.5) -> float:
     """One metric of :data:`METRICS`, fast enough for a bootstrap loop.
 
     Unlike :func:`binary_metrics`, a single class does not raise: metrics
@@ -269,10 +269,10 @@ def metric_score(name: str, y_true: Any, y_prob: Any, *, threshold: float = 0.5)
 
     Parameters
     ----------
-    name : str
-        One of :data:`METRICS`.
     y_true : array-like of 0/1
     y_prob : array-like of float in [0, 1]
+    metric : str
+        One of :data:`METRICS`.
     threshold : float
         Cases with ``prob >= threshold`` are predicted positive (ignored by
         ``"auroc"`` and ``"auprc"``).
@@ -283,19 +283,19 @@ def metric_score(name: str, y_true: Any, y_prob: Any, *, threshold: float = 0.5)
 
     Examples
     --------
-    >>> metric_score("sensitivity", [0, 1, 1, 1], [0.2, 0.4, 0.6, 0.9])
+    >>> metric_score([0, 1, 1, 1], [0.2, 0.4, 0.6, 0.9], metric="sensitivity")
     0.6666666666666666
-    >>> metric_score("auroc", [1, 1], [0.2, 0.7])
+    >>> metric_score([1, 1], [0.2, 0.7], metric="auroc")
     nan
     """
-    if name not in METRICS:
-        raise InputError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
+    if metric not in METRICS:
+        raise InputError(f"unknown metric {metric!r}; choose from {', '.join(METRICS)}")
     y, p = check_binary(y_true, y_prob, require_both=False)
-    if name == "auroc":
+    if metric == "auroc":
         return stats.auroc(y, p)
-    if name == "auprc":
+    if metric == "auprc":
         return _average_precision(y, p)
-    return _threshold_metric(name, *_confusion(y, p, _check_threshold(threshold)))
+    return _threshold_metric(metric, *_confusion(y, p, _check_threshold(threshold)))
 
 
 def binary_metrics(y_true: Any, y_prob: Any, *, threshold: float = 0.5) -> dict[str, float]:

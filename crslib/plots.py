@@ -7,6 +7,7 @@ report; the numbers come from the analysis modules.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -36,13 +37,22 @@ def image_grid(
     >>> fig.axes[0].images[0].get_array().shape, fig.axes[0].images[0].get_cmap().name
     ((8, 8), 'gray')
     """
-    n = len(images)
-    ncols = max(1, min(ncols, n))
-    nrows = max(1, int(np.ceil(n / ncols)))
+    ncols, nrows = _grid_shape(len(images), ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(size * ncols, size * nrows * 1.1), squeeze=False)
+    _draw_images(axes, images, titles)
+    fig.tight_layout()
+    return fig
+
+
+def _grid_shape(n: int, ncols: int) -> tuple[int, int]:
+    ncols = max(1, min(ncols, n))
+    return ncols, max(1, int(np.ceil(n / ncols)))
+
+
+def _draw_images(axes: np.ndarray, images: Sequence[np.ndarray], titles: Sequence[str] | None) -> None:
     for index, ax in enumerate(axes.flat):
         ax.axis("off")
-        if index >= n:
+        if index >= len(images):
             continue
         image = np.asarray(images[index])
         if image.ndim == 3 and image.shape[2] == 1:
@@ -50,8 +60,39 @@ def image_grid(
         ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1)
         if titles is not None:
             ax.set_title(titles[index], fontsize=7)
-    fig.tight_layout()
-    return fig
+
+
+def image_panels(
+    panels: Sequence[tuple[str, Sequence[np.ndarray], Sequence[str] | None, int]],
+    *,
+    size: float = 1.6,
+) -> Figure:
+    """Several titled image grids stacked in one figure (one image on a book page).
+
+    Parameters
+    ----------
+    panels : sequence of (title, images, titles, ncols)
+        One grid per panel, drawn as :func:`image_grid` draws it.
+    size : float
+        Width of one image in inches.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> fig = image_panels([("A", [np.zeros((4, 4))] * 3, ["a", "b", "c"], 2),
+    ...                     ("B", [np.ones((4, 4, 3))], None, 4)])
+    >>> [sub._suptitle.get_text() for sub in fig.subfigs], len(fig.axes)
+    (['A', 'B'], 5)
+    """
+    shapes = [_grid_shape(len(images), ncols) for _, images, _, ncols in panels]
+    width = max(ncols for ncols, _ in shapes)
+    heights = [size * 1.1 * nrows + 0.35 for _, nrows in shapes]
+    figure = plt.figure(figsize=(size * width, sum(heights)), layout="constrained")
+    subfigures = figure.subfigures(len(panels), 1, height_ratios=heights, squeeze=False)[:, 0]
+    for subfigure, (title, images, titles, _), (ncols, nrows) in zip(subfigures, panels, shapes):
+        _draw_images(subfigure.subplots(nrows, ncols, squeeze=False), images, titles)
+        subfigure.suptitle(title)
+    return figure
 
 
 def embedding_map(
@@ -178,4 +219,45 @@ def reliability_diagram(curves: pd.DataFrame, *, ax: Axes | None = None, label_c
            xlim=(0.0, 1.0), ylim=(0.0, 1.0))
     ax.set_aspect("equal")
     ax.legend(frameon=False, fontsize=8)
+    return ax
+
+
+def interval_dots(
+    values: Any,
+    low: Any,
+    high: Any,
+    *,
+    positions: Any = None,
+    labels: Sequence[str] | None = None,
+    ax: Axes | None = None,
+    color: str = "#4c72b0",
+    label: str | None = None,
+    capsize: float = 2,
+) -> Axes:
+    """Point estimates with their intervals, one horizontal row each.
+
+    Parameters
+    ----------
+    values, low, high : array-like of shape (n,)
+        Estimates and interval bounds (``low <= value <= high``).
+    positions : array-like of shape (n,), optional
+        Vertical positions (default ``0 .. n-1``); offset them to draw two
+        series side by side.
+    labels : sequence of str, optional
+        Tick labels at ``0 .. n-1``.
+    ax, color, label, capsize
+        Target axes, marker colour, legend label, error bar cap size.
+
+    Examples
+    --------
+    >>> ax = interval_dots([0.6, 0.8], [0.5, 0.7], [0.7, 0.9], labels=["a", "b"])
+    >>> [t.get_text() for t in ax.get_yticklabels()]
+    ['a', 'b']
+    """
+    values, low, high = (np.asarray(v, dtype=float) for v in (values, low, high))
+    ax = ax or plt.subplots(figsize=(6, 0.45 * len(values) + 1.2))[1]
+    y = np.arange(len(values)) if positions is None else np.asarray(positions)
+    ax.errorbar(values, y, xerr=[values - low, high - values], fmt="o", color=color, label=label, capsize=capsize)
+    if labels is not None:
+        ax.set_yticks(range(len(labels)), labels)
     return ax

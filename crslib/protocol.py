@@ -12,7 +12,7 @@ The grid's input is one tidy table of predictions, one row per (backbone,
 training policy, seed, image), with the image's ``split`` (``train``,
 ``val``, ``test``), ``patient_id``, ``y_true`` and ``prob``. Frozen
 predictions come from :func:`linear_probe` on cached embeddings, fine-tuned
-ones from :func:`crslib.zoo.finetune_classifier`; :func:`protocol_grid`
+ones from :func:`crslib.models.finetune_classifier`; :func:`protocol_grid`
 fits every threshold rule on the validation rows, scores every metric on the
 test rows with a patient-grouped bootstrap CI, and :func:`effect_summary`
 averages, for each factor, the absolute change of the headline number when
@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from crslib import paper
 from crslib._compat import one_blas_thread
 from crslib.errors import DataError, InputError
 from crslib.metrics import (
@@ -42,7 +43,8 @@ from crslib.metrics import (
     metric_score,
     threshold_transfer,
 )
-from crslib.stats import grouped_partition, resample_indices
+from crslib.splits import grouped_partition
+from crslib.stats import resample_indices
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,7 @@ __all__ = [
     "headline_table",
     "validation_to_test",
     "repeated_partitions",
+    "checklist_evidence",
 ]
 
 #: Training policies compared by the grid.
@@ -67,12 +70,12 @@ PREDICTION_COLUMNS = ("backbone", "policy", "seed", "image_id", "patient_id", "s
 
 #: The study's measured effects (Kermany), quoted as the paper's.
 PAPER_EFFECTS: dict[str, dict[str, Any]] = {
-    "backbone": {"metric": "auroc", "value": 0.026,
-                 "text": "eight pretrained backbones differ by 0.026 AUROC"},
-    "policy": {"metric": "auroc", "value": 0.044,
-               "text": "frozen vs fine-tuned moves AUROC by 0.044"},
-    "rule": {"metric": "balanced_accuracy", "value": 0.090,
-             "text": "the decision threshold moves balanced accuracy by 0.090"},
+    "backbone": {"metric": "auroc", "value": paper.value("backbone_spread"),
+                 "text": f"eight pretrained backbones differ by {paper.value('backbone_spread'):.3f} AUROC"},
+    "policy": {"metric": "auroc", "value": paper.value("policy_effect"),
+               "text": f"frozen vs fine-tuned moves AUROC by {paper.value('policy_effect'):.3f}"},
+    "rule": {"metric": "balanced_accuracy", "value": paper.value("threshold_effect"),
+             "text": f"the decision threshold moves balanced accuracy by {paper.value('threshold_effect'):.3f}"},
     "seed": {"metric": "auroc", "value": None, "text": "not reported as a single number"},
 }
 
@@ -85,9 +88,9 @@ HEADLINE_METRIC = {"backbone": "auroc", "policy": "auroc", "rule": "balanced_acc
 
 def protocol_splits(
     split: Any,
-    groups: Any,
     labels: Any,
     *,
+    groups: Any,
     min_validation: int = 50,
     validation_fraction: float = 0.15,
     train: str = "train",
@@ -108,10 +111,10 @@ def protocol_splits(
     ----------
     split : array-like of str
         The manifest's ``split`` column.
-    groups : array-like
-        Patient id per row.
     labels : array-like of 0/1
         The label per row (used to check both classes are present).
+    groups : array-like
+        Patient id per row.
     min_validation : int
         Smallest official validation split that is used as it is.
     validation_fraction : float
@@ -136,7 +139,7 @@ def protocol_splits(
     Examples
     --------
     >>> split = ["train"] * 8 + ["test"] * 4
-    >>> a, how = protocol_splits(split, range(12), [0, 1] * 6, min_validation=1)
+    >>> a, how = protocol_splits(split, [0, 1] * 6, groups=range(12), min_validation=1)
     >>> sorted(set(a.tolist())), "carved" in how
     (['test', 'train', 'val'], True)
     """
@@ -274,7 +277,7 @@ def linear_probe(
                 oof = np.zeros(y_tr.size)
                 for fit_idx, val_idx in cv.split(X[tr], y_tr, g_tr):
                     oof[val_idx] = model(C).fit(X[tr][fit_idx], y_tr[fit_idx]).predict_proba(X[tr][val_idx])[:, 1]
-                scores.append(metric_score("auroc", y_tr, oof))
+                scores.append(metric_score(y_tr, oof, metric="auroc"))
             best_C = float(Cs[int(np.nanargmax(scores))])
         fitted = model(best_C).fit(X[tr], y_tr)
     return fitted.predict_proba(X)[:, 1], best_C
@@ -376,7 +379,7 @@ def protocol_grid(
         g_ev = model["patient_id"].to_numpy()[ev]
         draws = list(resample_indices(int(ev.sum()), n_resamples=n_resamples, groups=g_ev,
                                       strata=None, random_state=random_state))
-        free = {m: np.array([metric_score(m, y_ev[i], p_ev[i]) for i in draws])
+        free = {m: np.array([metric_score(y_ev[i], p_ev[i], metric=m) for i in draws])
                 for m in metrics if m in ("auroc", "auprc")}
         for rule in rules:
             t = fit_threshold(y[fit], p[fit], rule=rule, prevalence=prevalence)
@@ -384,15 +387,15 @@ def protocol_grid(
                 if metric in free:
                     samples = free[metric]
                 else:
-                    samples = np.array([metric_score(metric, y_ev[i], p_ev[i], threshold=t) for i in draws])
+                    samples = np.array([metric_score(y_ev[i], p_ev[i], metric=metric, threshold=t) for i in draws])
                 with np.errstate(all="ignore"):
                     low, high = (np.nanpercentile(samples, [100 * alpha, 100 * (1 - alpha)])
                                  if np.isfinite(samples).any() else (np.nan, np.nan))
                 rows.append({
                     "backbone": backbone, "policy": policy, "seed": seed, "rule": rule, "threshold": t,
-                    "metric": metric, "value": metric_score(metric, y_ev, p_ev, threshold=t),
+                    "metric": metric, "value": metric_score(y_ev, p_ev, metric=metric, threshold=t),
                     "low": float(low), "high": float(high), "n_test": int(ev.sum()),
-                    "fit_value": metric_score(metric, y[fit], p[fit], threshold=t),
+                    "fit_value": metric_score(y[fit], p[fit], metric=metric, threshold=t),
                 })
     return pd.DataFrame(rows)
 
@@ -566,8 +569,8 @@ def validation_to_test(
 def repeated_partitions(
     X: Any,
     y: Any,
-    groups: Any,
     *,
+    groups: Any,
     n_partitions: int = 5,
     test_fraction: float = 0.2,
     rule: str = "youden",
@@ -607,7 +610,7 @@ def repeated_partitions(
     >>> rng = np.random.default_rng(0)
     >>> y = np.tile([0, 1], 100)
     >>> X = rng.normal(size=(200, 2)) + y[:, None]
-    >>> repeated_partitions(X, y, np.arange(200), n_partitions=3).shape
+    >>> repeated_partitions(X, y, groups=np.arange(200), n_partitions=3).shape
     (3, 4)
     """
     if isinstance(n_partitions, bool) or int(n_partitions) < 2:
@@ -627,7 +630,141 @@ def repeated_partitions(
             )
         prob, _ = linear_probe(X, y, split.astype(str), groups=groups, Cs=(1.0,))
         t = fit_threshold(y[va], prob[va], rule=rule, prevalence=float(y[tr].mean()))
-        rows.append({"partition": i, "auroc": metric_score("auroc", y[te], prob[te]),
-                     "balanced_accuracy": metric_score("balanced_accuracy", y[te], prob[te], threshold=t),
+        rows.append({"partition": i, "auroc": metric_score(y[te], prob[te], metric="auroc"),
+                     "balanced_accuracy": metric_score(y[te], prob[te], metric="balanced_accuracy", threshold=t),
                      "n_test": len(te)})
     return pd.DataFrame(rows)
+
+
+def _reported_rows(frame: pd.DataFrame, where: dict[str, Any], name: str) -> pd.DataFrame:
+    mask = np.ones(len(frame), dtype=bool)
+    for column, wanted in where.items():
+        mask &= (frame[column] == wanted).to_numpy()
+    if not mask.any():
+        raise InputError(f"{name} has no rows for the reported model {where}")
+    return frame[mask]
+
+
+def checklist_evidence(
+    grid: pd.DataFrame,
+    effects: pd.DataFrame,
+    *,
+    predictions: pd.DataFrame,
+    calibration: pd.DataFrame,
+    transfers: pd.DataFrame,
+    partitions: pd.DataFrame,
+    reported: Mapping[str, Any],
+    calibration_method: str,
+    finetune_epochs: int,
+    provenance: Any,
+    n_resamples: int,
+    confidence: float = 0.95,
+    source: str = "04_protocol_sensitivity",
+) -> dict[str, dict[str, Any]]:
+    """The reporting-checklist evidence of one protocol study (items 2-6).
+
+    Turns the tables of a protocol study into the fields that
+    :func:`crslib.checklist.build_checklist` reads for the items
+    ``training_policy``, ``threshold``, ``metrics``, ``calibration`` and
+    ``uncertainty``; each item's ``effect`` quotes this run's measured effect
+    next to the paper's (:mod:`crslib.paper`).
+
+    Parameters
+    ----------
+    grid : DataFrame
+        From :func:`protocol_grid`.
+    effects : DataFrame
+        From :func:`effect_summary`.
+    predictions : DataFrame
+        The test predictions the grid was computed from (:data:`PREDICTION_COLUMNS`).
+    calibration, transfers : DataFrame
+        From :func:`validation_to_test` with calibrators and with threshold rules.
+    partitions : DataFrame
+        From :func:`repeated_partitions`.
+    reported : mapping
+        The model the headline number uses: ``backbone``, ``policy``, ``seed``
+        (the seed of the reported cells), ``rule`` (threshold rule),
+        ``backbones`` (all backbones compared, in order) and ``seeds`` (all
+        seeds).
+    calibration_method : str
+        The calibrator whose before/after ECE is reported.
+    finetune_epochs : int
+    provenance : any JSON value
+        Where the validation split comes from (recorded as is).
+    n_resamples : int
+        Bootstrap resamples of the grid's intervals.
+    confidence : float
+    source : str
+        Name of the producing notebook or command, recorded with each effect.
+
+    Returns
+    -------
+    dict
+        Item id -> fields.
+    """
+    by = effects.set_index("factor")
+    backbone, policy, seed, rule = (reported[key] for key in ("backbone", "policy", "seed", "rule"))
+    model = {"backbone": backbone, "policy": policy, "seed": seed}
+    rep_cells = _reported_rows(grid, {**model, "rule": rule}, "grid").set_index("metric")
+    same_rule = grid[grid.rule == rule]
+    rank_auc = same_rule[same_rule.metric == "auroc"].groupby(["backbone", "policy"])["value"].mean()
+    rank_ba = same_rule[same_rule.metric == "balanced_accuracy"].groupby(["backbone", "policy"])["value"].mean()
+    rho = float(rank_auc.rank().corr(rank_ba.rank()))
+    rep_cal = _reported_rows(calibration, model, "calibration").set_index("method")
+    rep_gap = _reported_rows(transfers, {**model, "rule": rule}, "transfers").set_index("metric")
+    half_widths = (grid["high"] - grid["low"])[grid.metric == "auroc"] / 2
+    auroc_range = float(partitions["auroc"].max() - partitions["auroc"].min())
+    ece_before = float(rep_cal.loc[calibration_method, "ece_uniform_before"])
+    ece_after = float(rep_cal.loc[calibration_method, "ece_uniform_after"])
+
+    def effect(description: str, value: float, unit: str, paper_value: float | None) -> dict[str, Any]:
+        return {"description": description, "value": value, "unit": unit, "paper": paper_value, "source": source}
+
+    return {
+        "training_policy": {
+            "policies_compared": sorted(predictions["policy"].unique().tolist()),
+            "reported_policy": policy,
+            "backbones": list(reported["backbones"]),
+            "finetune_epochs": int(finetune_epochs),
+            "backbone_effect_auroc": float(by.loc["backbone", "mean_abs_change"]),
+            "effect": effect("mean |change| of test AUROC, frozen vs fine-tuned (same backbone, seed, rule)",
+                             float(by.loc["policy", "mean_abs_change"]), "AUROC", paper.value("policy_effect")),
+        },
+        "threshold": {
+            "rule": rule,
+            "fitted_on": "validation",
+            "validation_provenance": provenance,
+            "rules_compared": list(THRESHOLD_RULES),
+            "reported_threshold": float(rep_cells.loc["balanced_accuracy", "threshold"]),
+            "validation_to_test_gap_balanced_accuracy": float(rep_gap.loc["balanced_accuracy", "gap"]),
+            "effect": effect("mean |change| of test balanced accuracy between threshold rules (same model)",
+                             float(by.loc["rule", "mean_abs_change"]), "balanced accuracy",
+                             paper.value("threshold_effect")),
+        },
+        "metrics": {
+            "reported": list(METRICS),
+            "reported_values": {m: float(rep_cells.loc[m, "value"]) for m in METRICS},
+            "effect": effect("Spearman correlation of the models' ranking by AUROC and by balanced accuracy "
+                             f"({rule} threshold); below 1 means the metrics order models differently",
+                             rho, "Spearman rho", None),
+        },
+        "calibration": {
+            "method": calibration_method,
+            "fitted_on": "validation",
+            "ece_before": ece_before,
+            "ece_after": ece_after,
+            "effect": effect(f"test ECE (10 equal-width bins) of the reported model after validation-fitted "
+                             f"{calibration_method} scaling minus before", ece_after - ece_before, "ECE", None),
+        },
+        "uncertainty": {
+            "confidence": float(confidence),
+            "n_resamples": int(n_resamples),
+            "resampling": "patient-grouped bootstrap of the official test split",
+            "seeds": list(reported["seeds"]),
+            "split_level": {"n_partitions": int(len(partitions)), "auroc_sd": float(partitions["auroc"].std()),
+                            "auroc_range": auroc_range},
+            "median_auroc_ci_half_width": float(half_widths.median()),
+            "effect": effect("range of the reported backbone's frozen test AUROC over repeated patient-grouped "
+                             "partitions", auroc_range, "AUROC", None),
+        },
+    }

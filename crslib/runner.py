@@ -243,7 +243,8 @@ def _names_external_input(value: Any) -> bool:
 
 def _code_digest() -> str:
     package = Path(__file__).resolve().parent
-    return digest_of([[p.name, file_sha256(p)] for p in sorted(package.glob("*.py"))])
+    # every module of every subpackage, named by its path inside the package
+    return digest_of([[p.relative_to(package).as_posix(), file_sha256(p)] for p in sorted(package.rglob("*.py"))])
 
 
 def execution_key(source: Path, parameters: dict[str, Any], upstream: str, versions: dict[str, str]) -> str | None:
@@ -448,7 +449,7 @@ def collect_provenance(record: RunRecord) -> dict[str, Any]:
     from crslib._io import digest_of, file_sha256
     from crslib.data import load_data
     from crslib.embed import image_hashes
-    from crslib.zoo import convert_efficientnet_lite0, list_zoo, open_nsfw_onnx_path
+    from crslib.models import convert_efficientnet_lite0, list_zoo, open_nsfw_onnx_path
 
     data: dict[str, Any] = {}
     seeds: dict[str, Any] = {}

@@ -47,7 +47,7 @@ import crslib
 from crslib import data as crs_data
 from crslib import plots
 from crslib.embed import extract_embeddings
-from crslib.encoders import load_encoder
+from crslib.models import load_encoder
 from crslib.projection import project_2d
 
 results = Path(results_dir)
@@ -82,36 +82,17 @@ summary
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Sample phantom images grouped by source (site), view and finding: one panel per grouping, each image titled with its group.", "name": "fig-01-6"}, "image": {"alt": "Three stacked grids of small synthetic chest-radiograph-like images: examples by source, by view and with each finding"}}
 panels = []  # (title, images, image titles, columns): one panel of the figure each
 for column in ["source", "view"]:
-    rows = crs_data.select_examples(manifest, by=column, n_per_group=examples_per_group, seed=seed)
+    rows = crs_data.select_examples(manifest, by=column, n_per_group=examples_per_group, random_state=seed)
     images = [crs_data.read_image(path) for path in rows["path"]]
     panels.append((f"Examples by {column}", images, rows[column].astype(str).tolist(), examples_per_group * 2))
 
 if finding_columns:
-    positives = crs_data.select_examples(manifest, by=finding_columns, n_per_group=2, seed=seed)
+    positives = crs_data.select_examples(manifest, by=finding_columns, n_per_group=2, random_state=seed)
     images = [crs_data.read_image(path) for path in positives["path"]]
     panels.append(("Examples with each finding", images,
                    positives["group"].str.removeprefix("finding_").tolist(), 8))
 
-# one figure (one image in the page), a grid per panel, laid out like plots.image_grid
-shapes = []  # (columns, rows) of each panel's grid
-for _, images, _, ncols in panels:
-    ncols = max(1, min(ncols, len(images)))
-    shapes.append((ncols, max(1, int(np.ceil(len(images) / ncols)))))
-width = max(ncols for ncols, _ in shapes)
-heights = [1.6 * 1.1 * nrows + 0.35 for _, nrows in shapes]
-figure = plt.figure(figsize=(1.6 * width, sum(heights)), layout="constrained")
-for subfigure, (title, images, titles, _), (ncols, nrows) in zip(
-        figure.subfigures(len(panels), 1, height_ratios=heights, squeeze=False)[:, 0], panels, shapes):
-    for index, ax in enumerate(subfigure.subplots(nrows, ncols, squeeze=False).flat):
-        ax.axis("off")
-        if index >= len(images):
-            continue
-        image = np.asarray(images[index])
-        if image.ndim == 3 and image.shape[2] == 1:
-            image = image[:, :, 0]
-        ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1)
-        ax.set_title(titles[index], fontsize=7)
-    subfigure.suptitle(title)
+plots.image_panels(panels)
 plt.show()
 
 # %% [markdown]

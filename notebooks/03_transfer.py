@@ -45,12 +45,12 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import crslib
-from crslib import plots
+from crslib import paper, plots
 from crslib.data import load_data
 from crslib.embed import embed_models
-from crslib.stats import grouped_partition
+from crslib.splits import grouped_partition
 from crslib.transfer import classifier_transfer, fit_linear_map, held_out_r2, transfer_sweep
-from crslib.zoo import train_zoo
+from crslib.models import train_zoo, with_image_size
 
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
@@ -58,13 +58,9 @@ manifest = load_data(data)
 train_zoo(manifest, preset=zoo_preset)
 
 
-def with_size(spec: str) -> str:
-    """Public encoders run at the phantom's size, like the agreement notebook."""
-    return f"{spec}?size={public_size}" if spec.startswith("public:") and "?" not in spec else spec
-
 
 candidates = [s.strip() for s in new_models.split(",") if s.strip()]
-embeddings = embed_models(manifest, {spec: with_size(spec) for spec in [old_model, *candidates]})
+embeddings = embed_models(manifest, {spec: with_image_size(spec, public_size) for spec in [old_model, *candidates]})
 finding_columns = [c for c in manifest.columns if c.startswith("finding_")]
 labels = manifest[finding_columns].reset_index(drop=True)
 groups = manifest["patient_id"].to_numpy()
@@ -111,7 +107,7 @@ summary.to_csv(results / "retention_summary.csv")
 display(Markdown(
     "Mean retention over findings, this run: "
     + "; ".join(f"`{name}` {row.mean_retention:.3f}" for name, row in summary.iterrows())
-    + ". The paper reports 0.987 over 14 findings on real radiographs."
+    + f". The paper reports {paper.value('transfer_auroc_retention'):.3f} over 14 findings on real radiographs."
 ))
 summary.round(3)
 
@@ -131,7 +127,8 @@ by_n = sweep.groupby("n_map", as_index=False)[["retention", "map_r2"]].mean()
 fig, ax = plt.subplots(figsize=(5.5, 3.6))
 ax.plot(by_n["n_map"], by_n["retention"], marker="o", label="mean retention over findings")
 ax.plot(by_n["n_map"], by_n["map_r2"], marker="s", linestyle="--", label="map held-out R²")
-ax.axhline(0.987, color="grey", linestyle=":", label="paper: 0.987 at n = 4,096")
+ax.axhline(paper.value("transfer_auroc_retention"), color="grey", linestyle=":",
+           label=f"paper: {paper.value('transfer_auroc_retention'):.3f} at n = {paper.value('map_fit_images'):,.0f}")
 ax.set(xscale="log", xlabel="unlabelled images used to fit the map (n)", ylim=(0, 1.05))
 ax.minorticks_off()
 ax.set_xticks(by_n["n_map"], labels=[f"{int(n):,}" for n in by_n["n_map"]])

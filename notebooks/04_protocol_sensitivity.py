@@ -68,22 +68,18 @@ import seaborn as sns
 from IPython.display import Markdown, display
 
 import crslib
-from crslib import metrics, plots, protocol
+from crslib import metrics, paper, plots, protocol
 from crslib.data import load_data
 from crslib.embed import embed_models
 from crslib.errors import ModelError
 from crslib.stats import delong_test
-from crslib.zoo import finetune_classifier, train_zoo
+from crslib.models import finetune_classifier, train_zoo, with_image_size
 
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
 seed_list = [int(s) for s in str(seeds).split(",") if s.strip()]
 backbone_list = [s.strip() for s in backbones.split(",") if s.strip()]
 
-
-def with_size(spec: str) -> str:
-    """Public encoders run at the phantom's size."""
-    return f"{spec}?size={public_size}" if spec.startswith("public:") and "?" not in spec else spec
 
 
 def short(spec: str) -> str:
@@ -94,7 +90,7 @@ train_zoo(load_data(data), preset=zoo_preset)  # the zoo's "pretraining" data (c
 manifest = load_data(kermany_data)
 y = manifest["label"].to_numpy().astype(int)
 groups = manifest["patient_id"].to_numpy()
-assignment, provenance = protocol.protocol_splits(manifest["split"], groups, y, random_state=seed)
+assignment, provenance = protocol.protocol_splits(manifest["split"], y, groups=groups, random_state=seed)
 manifest_p = manifest.assign(split=assignment)
 counts = pd.crosstab(pd.Series(assignment, name="partition"), pd.Series(np.where(y == 1, "pneumonia", "normal"), name="label"))
 display(Markdown(f"**Partitions.** {provenance}."))
@@ -118,7 +114,7 @@ counts
 # a 95 % patient-grouped bootstrap interval.
 
 # %% tags=["hide-input"]
-embeddings = embed_models(manifest, {spec: with_size(spec) for spec in backbone_list})
+embeddings = embed_models(manifest, {spec: with_image_size(spec, public_size) for spec in backbone_list})
 frames, skipped = [], []
 for spec in backbone_list:
     for s in seed_list:
@@ -128,7 +124,7 @@ for spec in backbone_list:
                                     "split": assignment, "y_true": y, "prob": prob}))
     for s in seed_list:
         try:
-            tuned = finetune_classifier(manifest_p, with_size(spec), epochs=int(finetune_epochs), seed=s)
+            tuned = finetune_classifier(manifest_p, with_image_size(spec, public_size), epochs=int(finetune_epochs), random_state=s)
         except ModelError as exc:  # an ONNX graph cannot be trained: frozen only
             skipped.append((spec, str(exc)))
             break
@@ -158,8 +154,8 @@ fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(order) + 1.2))
 for offset, (policy, colour) in zip((-0.15, 0.15), (("frozen", "#4c72b0"), ("finetuned", "#dd8452"))):
     part = head[head.policy == policy].set_index("backbone").reindex(order).dropna(subset=["auroc"])
     ypos = np.array([order.index(b) for b in part.index]) + offset
-    ax.errorbar(part["auroc"], ypos, xerr=[part["auroc"] - part["auroc_low"], part["auroc_high"] - part["auroc"]],
-                fmt="o", color=colour, label=policy, capsize=2)
+    plots.interval_dots(part["auroc"], part["auroc_low"], part["auroc_high"], positions=ypos, ax=ax, color=colour,
+                        label=policy)
 ax.set_yticks(range(len(order)), order)
 ax.set_xlabel("test AUROC (95% patient-grouped bootstrap CI)")
 ax.legend(frameon=False, loc="lower right")
@@ -211,8 +207,8 @@ effects.to_csv(results / "effect_summary.csv", index=False)
 fig, ax = plt.subplots(figsize=(6.5, 3.0))
 labels_ = [f"{r.factor}\n({r.metric.replace('_', ' ')})" for r in effects.itertuples()]
 ax.barh(labels_, effects["mean_abs_change"], color="#4c72b0", label="this run: mean |change|")
-paper = effects["paper_value"].astype(float)
-ax.scatter(paper, labels_, color="black", marker="D", zorder=3, label="paper (Kermany)")
+paper_values = effects["paper_value"].astype(float)
+ax.scatter(paper_values, labels_, color="black", marker="D", zorder=3, label="paper (Kermany)")
 ax.set_xlabel("mean absolute change of the headline metric")
 ax.invert_yaxis()
 ax.legend(frameon=False, fontsize=8)
@@ -224,7 +220,8 @@ display(Markdown(
     "This run: " + "; ".join(
         f"**{r.factor}** {r.mean_abs_change:.3f} {r.metric.replace('_', ' ')} (range {r.mean_range:.3f})"
         for r in effects.itertuples() if np.isfinite(r.mean_abs_change))
-    + ". The paper's: backbone 0.026 AUROC, frozen vs fine-tuned 0.044 AUROC, threshold 0.090 balanced accuracy."
+    + f". The paper's: backbone {paper.value('backbone_spread'):.3f} AUROC, frozen vs fine-tuned "
+    f"{paper.value('policy_effect'):.3f} AUROC, threshold {paper.value('threshold_effect'):.3f} balanced accuracy."
 ))
 effects.drop(columns="paper_text").round(4)
 
@@ -306,7 +303,7 @@ plt.show()
 # number moves with the split alone.
 
 # %% tags=["hide-input"]
-parts = protocol.repeated_partitions(embeddings[reported_backbone], y, groups, n_partitions=int(n_partitions),
+parts = protocol.repeated_partitions(embeddings[reported_backbone], y, groups=groups, n_partitions=int(n_partitions),
                                      rule=reported_rule, random_state=seed)
 parts.to_csv(results / "repeated_partitions.csv", index=False)
 display(Markdown(
@@ -324,70 +321,11 @@ parts.round(3)
 # measure stays missing there.
 
 # %% tags=["hide-input"]
-by = effects.set_index("factor")
-rep_cells = grid[(grid.backbone == reported_backbone) & (grid.policy == reported_policy)
-                 & (grid.seed == seed_list[0]) & (grid.rule == reported_rule)].set_index("metric")
-rank_auc = grid[(grid.metric == "auroc") & (grid.rule == reported_rule)].groupby(["backbone", "policy"])["value"].mean()
-rank_ba = grid[(grid.metric == "balanced_accuracy") & (grid.rule == reported_rule)].groupby(["backbone", "policy"])["value"].mean()
-rho = float(rank_auc.rank().corr(rank_ba.rank()))
-rep_cal = calibration[(calibration.backbone == reported_backbone) & (calibration.policy == reported_policy)
-                      & (calibration.seed == seed_list[0])].set_index("method")
-rep_gap = transfers[(transfers.backbone == reported_backbone) & (transfers.policy == reported_policy)
-                    & (transfers.seed == seed_list[0]) & (transfers.rule == reported_rule)].set_index("metric")
-source = "04_protocol_sensitivity"
-half_widths = (grid["high"] - grid["low"])[grid.metric == "auroc"] / 2
-evidence = {
-    "training_policy": {
-        "policies_compared": sorted(predictions["policy"].unique().tolist()),
-        "reported_policy": reported_policy,
-        "backbones": backbone_list,
-        "finetune_epochs": int(finetune_epochs),
-        "backbone_effect_auroc": float(by.loc["backbone", "mean_abs_change"]),
-        "effect": {"description": "mean |change| of test AUROC, frozen vs fine-tuned (same backbone, seed, rule)",
-                   "value": float(by.loc["policy", "mean_abs_change"]), "unit": "AUROC",
-                   "paper": 0.044, "source": source},
-    },
-    "threshold": {
-        "rule": reported_rule,
-        "fitted_on": "validation",
-        "validation_provenance": provenance,
-        "rules_compared": list(metrics.THRESHOLD_RULES),
-        "reported_threshold": float(rep_cells.loc["balanced_accuracy", "threshold"]),
-        "validation_to_test_gap_balanced_accuracy": float(rep_gap.loc["balanced_accuracy", "gap"]),
-        "effect": {"description": "mean |change| of test balanced accuracy between threshold rules (same model)",
-                   "value": float(by.loc["rule", "mean_abs_change"]), "unit": "balanced accuracy",
-                   "paper": 0.090, "source": source},
-    },
-    "metrics": {
-        "reported": list(metrics.METRICS),
-        "reported_values": {m: float(rep_cells.loc[m, "value"]) for m in metrics.METRICS},
-        "effect": {"description": "Spearman correlation of the models' ranking by AUROC and by balanced accuracy "
-                                  f"({reported_rule} threshold); below 1 means the metrics order models differently",
-                   "value": rho, "unit": "Spearman rho", "paper": None, "source": source},
-    },
-    "calibration": {
-        "method": calibration_method,
-        "fitted_on": "validation",
-        "ece_before": float(rep_cal.loc[calibration_method, "ece_uniform_before"]),
-        "ece_after": float(rep_cal.loc[calibration_method, "ece_uniform_after"]),
-        "effect": {"description": f"test ECE (10 equal-width bins) of the reported model after validation-fitted "
-                                  f"{calibration_method} scaling minus before",
-                   "value": float(rep_cal.loc[calibration_method, "ece_uniform_after"]
-                                  - rep_cal.loc[calibration_method, "ece_uniform_before"]),
-                   "unit": "ECE", "paper": None, "source": source},
-    },
-    "uncertainty": {
-        "confidence": 0.95,
-        "n_resamples": int(n_resamples),
-        "resampling": "patient-grouped bootstrap of the official test split",
-        "seeds": seed_list,
-        "split_level": {"n_partitions": int(len(parts)), "auroc_sd": float(parts["auroc"].std()),
-                        "auroc_range": float(parts["auroc"].max() - parts["auroc"].min())},
-        "median_auroc_ci_half_width": float(half_widths.median()),
-        "effect": {"description": "range of the reported backbone's frozen test AUROC over repeated patient-grouped "
-                                  "partitions", "value": float(parts["auroc"].max() - parts["auroc"].min()),
-                   "unit": "AUROC", "paper": None, "source": source},
-    },
-}
+evidence = protocol.checklist_evidence(
+    grid, effects, predictions=predictions, calibration=calibration, transfers=transfers, partitions=parts,
+    reported={"backbone": reported_backbone, "policy": reported_policy, "seed": seed_list[0], "rule": reported_rule,
+              "backbones": backbone_list, "seeds": seed_list},
+    calibration_method=calibration_method, finetune_epochs=finetune_epochs, provenance=provenance,
+    n_resamples=n_resamples, source="04_protocol_sensitivity")
 (results / "evidence.json").write_text(json.dumps(evidence, indent=2))
 display(Markdown(f"Recorded checklist evidence for: {', '.join(evidence)}."))

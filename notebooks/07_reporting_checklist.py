@@ -51,7 +51,8 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import crslib
-from crslib.checklist import ITEMS, build_checklist, crosswalk_frame
+from crslib.checklist import build_checklist, crosswalk_frame
+from crslib.checklist_items import ITEMS
 from crslib.runner import read_run_evidence
 
 results = Path(results_dir)
@@ -112,7 +113,7 @@ display(Markdown(checklist.to_markdown()))
 # The nearest items of CLAIM 2024, TRIPOD+AI, MI-CLAIM (which names parts,
 # not numbered items) and DOME (its sections) for each of the seven items.
 # The sources each identifier was checked against are listed in
-# `crslib.checklist.CROSSWALK_SOURCES`.
+# `crslib.checklist_items.CROSSWALK_SOURCES`.
 
 # %% tags=["hide-input"]
 crosswalk_frame()

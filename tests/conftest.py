@@ -37,6 +37,22 @@ def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
     return root, record
 
 
+#: Under ``make mutation``: the test files (``tests/test_<name>*.py``) that are a module's own
+#: tests, where they are not simply ``test_<module>*.py`` (modules cut out of a larger one keep
+#: their tests where they were).
+OWN_TESTS: dict[str, tuple[str, ...]] = {
+    "neighbors": ("agreement",),
+    "ann": ("agreement",),
+    "similarity": ("agreement",),
+    "subgroups": ("agreement",),
+    "probes": ("agreement", "audit", "risk", "transfer"),
+    "splits": ("audit", "risk", "stats", "transfer"),
+    "shortcut": ("audit",),
+    "risk_results": ("risk",),
+    "checklist_items": ("checklist",),
+}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``make mutation``, run only the mutated module's own test files.
 
@@ -44,16 +60,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     module pays its whole fixture set-up (phantoms, audits: tens of seconds)
     for every mutant of a widely used helper. With ``CRS_MUTATION_SCOPE=own``
     (the default of ``make mutation``) a mutant of ``crslib.stats`` runs the
-    tests in ``tests/test_stats*.py`` that reach it: the kill rate then says
+    tests in ``tests/test_stats*.py`` (see :data:`OWN_TESTS`) that reach it: the kill rate then says
     what a module's own tests catch. ``SCOPE=all`` keeps every fast test that
     reaches the mutant. A normal test run is unchanged.
     """
     mutant = os.environ.get("MUTANT_UNDER_TEST", "")
     if not mutant.startswith("crslib."):
         return
-    own_prefix = f"test_{mutant.split('.')[1]}"
-    own = [item for item in items if Path(str(item.path)).name.startswith(own_prefix)]
-    others = [item for item in items if not Path(str(item.path)).name.startswith(own_prefix)]
+    module = mutant.split(".")[1]
+    prefixes = tuple(f"test_{name}" for name in OWN_TESTS.get(module, (module,)))
+    own = [item for item in items if Path(str(item.path)).name.startswith(prefixes)]
+    others = [item for item in items if not Path(str(item.path)).name.startswith(prefixes)]
     if os.environ.get("CRS_MUTATION_SCOPE", "own") == "own":
         if others:
             config.hook.pytest_deselected(items=others)

@@ -201,3 +201,28 @@ def test_reference_pages_document_the_library_and_the_command(quick_book) -> Non
         assert command in cli, command
     bibliography = (root / "_build/html/book/reference/bibliography.html").read_text(encoding="utf-8")
     assert "TRIPOD+AI" in bibliography and "Kermany" in bibliography
+
+
+def test_readme_map_names_every_module_of_crslib() -> None:
+    """The README's "Where things live" map stays true: every module is on it, and nothing else."""
+    import re
+
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Where things live", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    named: set[str] = set()
+    package = ""
+    for line in block.splitlines():
+        path = re.split(r"\s{2,}", line.strip())[0]
+        if path.startswith("crslib/") and path.endswith("/"):
+            package = path
+            continue
+        if not line.startswith(" "):
+            package = ""
+        for name in re.findall(r"[\w.]+\.py", path):
+            named.add(name if name.startswith("crslib/") else (package or "crslib/") + name.removeprefix("crslib/"))
+    modules = {p.relative_to(root).as_posix() for p in (root / "crslib").rglob("*.py")
+               if p.name not in ("__init__.py", "__main__.py")}
+    assert modules - named == set(), "modules missing from the README map"
+    assert named - modules == set(), "the README map names modules that do not exist"

@@ -12,15 +12,8 @@ import pandas as pd
 import pytest
 
 from crslib import checklist
-from crslib.checklist import (
-    CROSSWALK_SOURCES,
-    GUIDELINES,
-    ITEM_IDS,
-    ITEMS,
-    REFERENCES,
-    build_checklist,
-    crosswalk_frame,
-)
+from crslib.checklist import build_checklist, crosswalk_frame
+from crslib.checklist_items import CROSSWALK_SOURCES, GUIDELINES, ITEM_IDS, ITEMS, REFERENCES
 from crslib.errors import InputError
 
 NAN = float("nan")
@@ -504,7 +497,7 @@ def test_markdown_lines_are_exact():
     lines = md.splitlines()
     assert lines[0] == "# Reporting checklist (run r1)"
     assert lines[2] == ("7 of 7 items complete. Numbers marked *Paper* are the paper's (study 2), not this run's.")
-    assert "## 1. " + checklist.ITEMS[0].title in lines
+    assert "## 1. " + ITEMS[0].title in lines
     assert "**Status:** ✅ complete" in lines
     assert ("- **Measured in this run:** partition classifier, test split vs pool: 0.710 AUC (CI 0.680 to 0.740) "
             "(paper: 0.697) — source: nb/02_protocol") in lines
@@ -608,7 +601,7 @@ def test_all_problems_of_an_item_in_order(item_id, changes, problems):
 
 def test_texts_of_missing_items_badges_and_frames():
     empty = build_checklist({})
-    spec = checklist.ITEMS[0]
+    spec = ITEMS[0]
     assert list(empty["split"].problems) == [f"not recorded in this run (needs {', '.join(spec.required)})"]
     assert empty["split"].what_to_report == spec.what_to_report and empty["split"].paper_unit == spec.paper_unit
     full = build_checklist(_full())
@@ -660,8 +653,32 @@ def test_evidence_type_messages_and_extra_ids(caplog):
         build_checklist({"split": [1]})
     assert str(info.value) == (
         "evidence['split'] must be a mapping of field name to value, got list; record the item as a dict with "
-        f"fields {', '.join(checklist.ITEMS[0].required)}")
+        f"fields {', '.join(ITEMS[0].required)}")
     with caplog.at_level(logging.WARNING, logger="crslib.checklist"):
         build_checklist({"zeta": {}, "alpha": {}})
     assert f"evidence has ids that are not checklist items, kept under 'extra': alpha, zeta (items are {ids})" \
         in caplog.text
+
+
+def test_paper_numbers_have_one_home_and_the_checklist_quotes_them():
+    from crslib import paper, protocol
+
+    assert paper.value("shortcut_test") == 0.496 and paper.claim("shortcut_test").study == "kermany"
+    assert paper.value("public_pair_overlap") == 0.091 and paper.value("map_fit_images") == 4096
+    items = {spec.item_id: spec for spec in ITEMS}
+    assert items["split"].paper_value == paper.value("partition_auc")
+    assert items["training_policy"].paper_value == paper.value("policy_effect")
+    assert items["threshold"].paper_value == paper.value("threshold_effect")
+    assert items["uncertainty"].paper_value == paper.value("backbone_spread")
+    assert items["shortcut"].paper_value == paper.value("shortcut_pool")
+    assert "0.992" in items["shortcut"].paper_effect and "0.496" in items["shortcut"].paper_effect
+    assert "0.044" in items["training_policy"].paper_effect and "0.026" in items["training_policy"].paper_effect
+    assert protocol.PAPER_EFFECTS["rule"]["value"] == paper.value("threshold_effect")
+    assert protocol.PAPER_EFFECTS["rule"]["text"].endswith("by 0.090")
+    frame = paper.claims_frame("risk")
+    assert set(frame["study"]) == {"risk"} and frame.loc["age_mae_siglip2", "value"] == 4.786
+    assert len(paper.claims_frame()) == len(paper.CLAIMS)
+    with pytest.raises(InputError, match="no paper number 'nope'"):
+        paper.value("nope")
+    with pytest.raises(InputError, match="study must be one of"):
+        paper.claims_frame("mnist")

@@ -92,3 +92,17 @@ def test_runs_on_the_users_own_files_always_execute(book, tmp_path) -> None:
 ])
 def test_what_counts_as_the_users_own_input(value, external) -> None:
     assert _names_external_input(value) is external
+
+
+def test_code_digest_covers_the_subpackages(monkeypatch):
+    """A change in crslib/models/ or crslib/data/ must invalidate cached executions."""
+    from crslib import runner
+
+    before = runner._code_digest()
+    real = runner.file_sha256
+    for changed in ("models/zoo.py", "data/phantom.py", "agreement.py"):
+        monkeypatch.setattr(runner, "file_sha256",
+                            lambda p, changed=changed: "edited" if p.as_posix().endswith("crslib/" + changed) else real(p))
+        assert runner._code_digest() != before, changed
+    monkeypatch.setattr(runner, "file_sha256", real)
+    assert runner._code_digest() == before

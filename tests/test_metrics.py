@@ -44,7 +44,7 @@ def test_binary_metrics_match_sklearn_with_ties(seed, threshold):
     assert set(got) == set(metrics.METRICS)
     for name, value in expected.items():
         assert got[name] == pytest.approx(value, abs=1e-12), name
-        assert metrics.metric_score(name, y, p, threshold=threshold) == pytest.approx(value, abs=1e-12)
+        assert metrics.metric_score(y, p, metric=name, threshold=threshold) == pytest.approx(value, abs=1e-12)
 
 
 def test_auprc_matches_sklearn_on_continuous_and_heavily_tied_scores():
@@ -54,21 +54,21 @@ def test_auprc_matches_sklearn_on_continuous_and_heavily_tied_scores():
         p = rng.random(n)
         if levels:
             p = np.round(p * levels) / levels
-        assert metrics.metric_score("auprc", y, p) == pytest.approx(skm.average_precision_score(y, p), abs=1e-12)
+        assert metrics.metric_score(y, p, metric="auprc") == pytest.approx(skm.average_precision_score(y, p), abs=1e-12)
 
 
 def test_f1_is_zero_without_predicted_or_true_positives():
     y = np.array([0, 0, 1, 1])
     p = np.array([0.1, 0.2, 0.3, 0.4])
     assert metrics.binary_metrics(y, p, threshold=0.9)["f1"] == 0.0
-    assert metrics.metric_score("f1", [0, 0], [0.1, 0.2]) == 0.0
-    assert np.isnan(metrics.metric_score("sensitivity", [0, 0], [0.1, 0.2]))
-    assert np.isnan(metrics.metric_score("auroc", [0, 0], [0.1, 0.2]))
+    assert metrics.metric_score([0, 0], [0.1, 0.2], metric="f1") == 0.0
+    assert np.isnan(metrics.metric_score([0, 0], [0.1, 0.2], metric="sensitivity"))
+    assert np.isnan(metrics.metric_score([0, 0], [0.1, 0.2], metric="auroc"))
 
 
 def test_metric_score_unknown_name_lists_metrics():
     with pytest.raises(InputError, match="unknown metric 'accuracy'.*auroc.*f1"):
-        metrics.metric_score("accuracy", [0, 1], [0.2, 0.8])
+        metrics.metric_score([0, 1], [0.2, 0.8], metric="accuracy")
 
 
 # --------------------------------------------------------------------------- input validation
@@ -145,11 +145,11 @@ def test_sensitivity_rule_reaches_target_on_fit_data():
     p = expit(rng.normal(size=500) + 1.5 * y)
     for target in (0.9, 0.8, 0.95):
         t = metrics.fit_threshold(y, p, rule="sensitivity_0.9", min_sensitivity=target)
-        assert metrics.metric_score("sensitivity", y, p, threshold=t) >= target
+        assert metrics.metric_score(y, p, metric="sensitivity", threshold=t) >= target
         # the largest such threshold: the next observed probability above misses the target
         above = np.unique(p[p > t])
         if above.size:
-            assert metrics.metric_score("sensitivity", y, p, threshold=above[0]) < target
+            assert metrics.metric_score(y, p, metric="sensitivity", threshold=above[0]) < target
 
 
 def test_prevalence_rule_matches_predicted_positive_share():
@@ -185,8 +185,8 @@ def test_threshold_transfer_gap_is_eval_minus_fit():
     assert np.allclose(table["gap"], table["eval_value"] - table["fit_value"])
     for row in table.itertuples():
         assert row.threshold == metrics.fit_threshold(yf, pf, rule=row.rule)
-        assert row.fit_value == pytest.approx(metrics.metric_score(row.metric, yf, pf, threshold=row.threshold))
-        assert row.eval_value == pytest.approx(metrics.metric_score(row.metric, ye, pe, threshold=row.threshold))
+        assert row.fit_value == pytest.approx(metrics.metric_score(yf, pf, metric=row.metric, threshold=row.threshold))
+        assert row.eval_value == pytest.approx(metrics.metric_score(ye, pe, metric=row.metric, threshold=row.threshold))
     # a Youden threshold fitted on the easier split is optimistic there
     youden = table[(table["rule"] == "youden") & (table["metric"] == "balanced_accuracy")].iloc[0]
     assert youden["gap"] < 0
@@ -323,7 +323,7 @@ def test_temperature_scaling_recovers_t_and_reduces_test_ece():
     after = metrics.calibration_error(y_test, p_new)
     assert before > 0.08 and after < 0.03
     # temperature keeps the ranking
-    assert metrics.metric_score("auroc", y_test, p_new) == pytest.approx(metrics.metric_score("auroc", y_test, p_test))
+    assert metrics.metric_score(y_test, p_new, metric="auroc") == pytest.approx(metrics.metric_score(y_test, p_test, metric="auroc"))
     # frozen: Python's dataclass guard, not a user-input error, so not a crslib exception
     with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'method'"):
         cal.method = "platt"

@@ -87,9 +87,9 @@ def test_label_messages():
 
 def test_name_and_threshold_messages():
     y, p = [0, 1, 0, 1], [0.1, 0.8, 0.3, 0.6]
-    assert _message(M.metric_score, "accuracy", y, p) == (
+    assert _message(M.metric_score, y, p, metric="accuracy") == (
         f"unknown metric 'accuracy'; choose from {', '.join(M.METRICS)}")
-    assert _message(M.metric_score, "f1", y, p, threshold="high") == "threshold must be a number, got 'high'"
+    assert _message(M.metric_score, y, p, metric="f1", threshold="high") == "threshold must be a number, got 'high'"
     assert _message(M.binary_metrics, y, p, threshold=None) == "threshold must be a number, got None"
     assert _message(M.binary_metrics, y, p, threshold=float("nan")) == "threshold must be finite, got nan"
     assert _message(M.threshold_transfer, y, p, y, p, rules=["median"]) == (
@@ -120,21 +120,21 @@ def test_metrics_against_scikit_learn_with_ties_and_threshold_edge():
         assert m["specificity"] == pytest.approx(np.mean(1 - pred[y == 0]))
         assert m["auprc"] == pytest.approx(average_precision_score(y, p))
         for name, value in m.items():
-            assert M.metric_score(name, y, p, threshold=t) == pytest.approx(value)
+            assert M.metric_score(y, p, metric=name, threshold=t) == pytest.approx(value)
     default = M.binary_metrics(y, p)
     assert default == M.binary_metrics(y, p, threshold=0.5)
-    assert M.metric_score("f1", y, p) == M.metric_score("f1", y, p, threshold=0.5)
+    assert M.metric_score(y, p, metric="f1") == M.metric_score(y, p, metric="f1", threshold=0.5)
     assert list(default) == list(M.METRICS)
 
 
 def test_single_class_metric_scores():
-    assert np.isnan(M.metric_score("auprc", [0, 0, 0], [0.1, 0.2, 0.3]))
-    assert np.isnan(M.metric_score("sensitivity", [0, 0, 0], [0.1, 0.2, 0.9]))
-    assert M.metric_score("specificity", [0, 0, 0], [0.1, 0.2, 0.9]) == pytest.approx(2 / 3)
-    assert np.isnan(M.metric_score("balanced_accuracy", [1, 1], [0.1, 0.9]))
-    assert M.metric_score("f1", [0, 0], [0.1, 0.2]) == 0.0  # no positives at all: defined as 0
-    assert M.metric_score("f1", [0, 0], [0.6, 0.2]) == 0.0
-    assert M.metric_score("f1", [1, 1], [0.6, 0.2]) == pytest.approx(2 / 3)
+    assert np.isnan(M.metric_score([0, 0, 0], [0.1, 0.2, 0.3], metric="auprc"))
+    assert np.isnan(M.metric_score([0, 0, 0], [0.1, 0.2, 0.9], metric="sensitivity"))
+    assert M.metric_score([0, 0, 0], [0.1, 0.2, 0.9], metric="specificity") == pytest.approx(2 / 3)
+    assert np.isnan(M.metric_score([1, 1], [0.1, 0.9], metric="balanced_accuracy"))
+    assert M.metric_score([0, 0], [0.1, 0.2], metric="f1") == 0.0  # no positives at all: defined as 0
+    assert M.metric_score([0, 0], [0.6, 0.2], metric="f1") == 0.0
+    assert M.metric_score([1, 1], [0.6, 0.2], metric="f1") == pytest.approx(2 / 3)
 
 
 # --------------------------------------------------------------------------- thresholds
@@ -320,8 +320,8 @@ def test_edge_cases_of_labels_ranks_and_thresholds():
     assert "found values such as ['a', 'b', 'c', 'd', 'e']; map" in _message(M.check_binary, list("abcdefgh"), p)
     assert "(e.g. [2, 3, 4, 5, 6]); map" in _message(M.check_binary, [0, 1, 2, 3, 4, 5, 6, 7], p)
     # one positive case has an average precision
-    assert M.metric_score("auprc", [0, 0, 1, 0], [0.1, 0.2, 0.9, 0.3]) == 1.0
-    assert M.metric_score("auprc", [0, 1, 0, 0], [0.1, 0.2, 0.9, 0.3]) == pytest.approx(1 / 3)
+    assert M.metric_score([0, 0, 1, 0], [0.1, 0.2, 0.9, 0.3], metric="auprc") == 1.0
+    assert M.metric_score([0, 1, 0, 0], [0.1, 0.2, 0.9, 0.3], metric="auprc") == pytest.approx(1 / 3)
     # the lowest probability is a candidate threshold too
     assert M.fit_threshold([1, 0, 0, 1], [0.1, 0.5, 0.6, 0.9], rule="sensitivity_0.9", min_sensitivity=1.0) == 0.1
     # Youden weighs false positives by the share of negatives: one FP of four costs 0.25

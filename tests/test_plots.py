@@ -111,3 +111,23 @@ def test_agreement_heatmap_masks_the_diagonal_and_annotates_the_rest(ax) -> None
     assert [t.get_text() for t in ax.get_yticklabels()] == names
     assert mesh.get_clim() == (0, 0.5)
     assert ax.figure.axes[-1].get_ylabel() == "mutual kNN overlap"  # the colour bar
+
+
+def test_interval_dots_draws_each_interval_where_it_is():
+    ax = plots.interval_dots([0.6, 0.8], [0.5, 0.75], [0.7, 0.9], positions=[0.15, 1.15], labels=["a", "b"])
+    caps = ax.containers[0]
+    segments = caps.lines[2][0].get_segments()  # one horizontal segment per interval
+    assert [tuple(np.round(seg[:, 0], 6)) for seg in segments] == [(0.5, 0.7), (0.75, 0.9)]
+    assert [seg[0, 1] for seg in segments] == [0.15, 1.15]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b"]
+
+
+def test_image_panels_stack_one_grid_per_panel():
+    dark, light = np.zeros((4, 4, 1)), np.ones((4, 4, 3))
+    fig = plots.image_panels([("first", [dark] * 5, list("abcde"), 2), ("second", [light], ["x"], 4)])
+    assert [sub._suptitle.get_text() for sub in fig.subfigs] == ["first", "second"]
+    first = fig.subfigs[0].axes
+    assert len(first) == 6  # 3 rows x 2 columns, the sixth left empty
+    assert [ax.get_title() for ax in first[:5]] == list("abcde") and not first[5].images
+    assert first[0].images[0].get_array().shape == (4, 4)  # one channel drawn as grayscale
+    assert len(fig.subfigs[1].axes) == 1 and fig.subfigs[1].axes[0].images[0].get_array().shape == (4, 4, 3)

@@ -44,8 +44,8 @@ def test_grid_values_equal_metrics_at_validation_fitted_thresholds():
     cell = grid[(grid.backbone == "a") & (grid.policy == "frozen") & (grid.rule == "youden")]
     ba = cell.set_index("metric").loc["balanced_accuracy"]
     assert ba["threshold"] == pytest.approx(t)
-    assert ba["value"] == pytest.approx(metrics.metric_score("balanced_accuracy", test.y_true, test.prob, threshold=t))
-    assert ba["fit_value"] == pytest.approx(metrics.metric_score("balanced_accuracy", val.y_true, val.prob, threshold=t))
+    assert ba["value"] == pytest.approx(metrics.metric_score(test.y_true, test.prob, metric="balanced_accuracy", threshold=t))
+    assert ba["fit_value"] == pytest.approx(metrics.metric_score(val.y_true, val.prob, metric="balanced_accuracy", threshold=t))
     assert (grid["low"] <= grid["value"] + 1e-12).all() and (grid["value"] <= grid["high"] + 1e-12).all()
     # AUROC does not depend on the rule
     auc = grid[(grid.backbone == "a") & (grid.policy == "frozen") & (grid.metric == "auroc")]["value"]
@@ -124,7 +124,7 @@ def test_protocol_splits_keeps_patients_together_and_says_where_validation_came_
     labels = np.repeat(rng.integers(0, 2, 200), 2)
     split = np.repeat(rng.choice(["train", "test"], 200, p=[0.8, 0.2]), 2).astype(object)
     split[np.flatnonzero(split == "train")[:6]] = "val"  # a tiny official val, like Kermany's
-    assignment, how = protocol.protocol_splits(split, groups, labels)
+    assignment, how = protocol.protocol_splits(split, labels, groups=groups)
     assert "carved" in how and "6 images" in how
     assert (assignment[split == "test"] == "test").all()
     assert not (assignment[split != "test"] == "test").any()
@@ -133,13 +133,13 @@ def test_protocol_splits_keeps_patients_together_and_says_where_validation_came_
     assert 0.10 < (assignment == "val").sum() / (split != "test").sum() < 0.20
     # a big official val is used as it is
     split2 = np.repeat(rng.choice(["train", "val", "test"], 200, p=[0.6, 0.2, 0.2]), 2)
-    assignment2, how2 = protocol.protocol_splits(split2, groups, labels)
+    assignment2, how2 = protocol.protocol_splits(split2, labels, groups=groups)
     assert "official validation" in how2
     assert np.array_equal(assignment2, split2)
     with pytest.raises(DataError, match="no rows with split == 'test'"):
-        protocol.protocol_splits(np.where(split2 == "test", "train", split2), groups, labels)
+        protocol.protocol_splits(np.where(split2 == "test", "train", split2), labels, groups=groups)
     with pytest.raises(DataError, match="single class"):
-        protocol.protocol_splits(split2, groups, np.where(split2 == "test", 1, labels))
+        protocol.protocol_splits(split2, np.where(split2 == "test", 1, labels), groups=groups)
 
 
 def test_linear_probe_fits_on_training_rows_only():
@@ -149,7 +149,7 @@ def test_linear_probe_fits_on_training_rows_only():
     split = np.array(["train"] * 200 + ["test"] * 100)
     prob, C = protocol.linear_probe(X, y, split, groups=np.arange(300))
     assert C in (0.01, 0.1, 1.0, 10.0)
-    assert metrics.metric_score("auroc", y[200:], prob[200:]) > 0.8
+    assert metrics.metric_score(y[200:], prob[200:], metric="auroc") > 0.8
     X2, y2 = X.copy(), y.copy()
     X2[200:] = rng.normal(size=(100, 5)) * 100  # change every test row
     y2[200:] = 1 - y2[200:]
@@ -165,12 +165,12 @@ def test_repeated_partitions_give_a_spread_on_weak_signal():
     rng = np.random.default_rng(6)
     y = rng.integers(0, 2, 400)
     X = rng.normal(size=(400, 3)) + 0.5 * y[:, None]
-    out = protocol.repeated_partitions(X, y, np.arange(400), n_partitions=4)
+    out = protocol.repeated_partitions(X, y, groups=np.arange(400), n_partitions=4)
     assert list(out["partition"]) == [0, 1, 2, 3]
     assert out["auroc"].between(0.55, 0.9).all()
     assert out["auroc"].std() > 0.005  # different test patients, different numbers
     with pytest.raises(InputError):
-        protocol.repeated_partitions(X, y, np.arange(400), n_partitions=1)
+        protocol.repeated_partitions(X, y, groups=np.arange(400), n_partitions=1)
 
 
 # --------------------------------------------------------------------------- fine-tuning
@@ -178,39 +178,39 @@ def test_repeated_partitions_give_a_spread_on_weak_signal():
 
 @pytest.fixture(scope="module")
 def tiny_phantom(tmp_path_factory):
-    from crslib.phantom import generate_phantom
+    from crslib.data.phantom import generate_phantom
 
-    return generate_phantom(tmp_path_factory.mktemp("ph"), n_patients=60, image_size=32, seed=3)
+    return generate_phantom(tmp_path_factory.mktemp("ph"), n_patients=60, image_size=32, random_state=3)
 
 
 def test_finetune_is_deterministic_cached_and_learns(tiny_phantom, tmp_path):
-    from crslib.zoo import finetune_classifier
+    from crslib.models import finetune_classifier
 
     m = tiny_phantom
-    a = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, seed=0, batch_size=32, cache_root=tmp_path)
+    a = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, random_state=0, batch_size=32, cache_root=tmp_path)
     assert not a.attrs["cache_hit"]
     assert list(a["image_id"]) == list(m["image_id"].astype(str))
     assert a["prob"].between(0, 1).all() and a["prob"].std() > 0
-    b = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, seed=0, batch_size=32, cache_root=tmp_path)
+    b = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, random_state=0, batch_size=32, cache_root=tmp_path)
     assert b.attrs["cache_hit"] and np.array_equal(a["prob"].to_numpy(), b["prob"].to_numpy())
-    c = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, seed=0, batch_size=32,
+    c = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, random_state=0, batch_size=32,
                             cache_root=tmp_path / "other")
     assert np.array_equal(a["prob"].to_numpy(), c["prob"].to_numpy()), "same seed must give the same model"
-    d = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, seed=1, batch_size=32, cache_root=tmp_path)
+    d = finetune_classifier(m, "timm:resnet10t?size=32&seed=0", epochs=2, random_state=1, batch_size=32, cache_root=tmp_path)
     assert not np.array_equal(a["prob"].to_numpy(), d["prob"].to_numpy())
     # the whole network trains: the training rows are fitted better than by chance
     train = a[a.split == "train"]
-    assert metrics.metric_score("auroc", train.y_true, train.prob) > 0.7
+    assert metrics.metric_score(train.y_true, train.prob, metric="auroc") > 0.7
 
 
 def test_finetune_refuses_onnx_and_bad_labels(tiny_phantom, tmp_path):
-    from crslib.zoo import finetune_classifier, open_nsfw_onnx_path
+    from crslib.models import finetune_classifier, open_nsfw_onnx_path
 
     onnx = open_nsfw_onnx_path(size=32, cache_root=tmp_path)
     with pytest.raises(ModelError, match="cannot fine-tune"):
         finetune_classifier(tiny_phantom, f"onnx:{onnx}#/ReduceMean_output_0?size=32", epochs=1, cache_root=tmp_path)
     with pytest.raises(DataError, match="no 'nolabel' column"):
-        finetune_classifier(tiny_phantom, "timm:resnet18?size=32", label="nolabel", cache_root=tmp_path)
+        finetune_classifier(tiny_phantom, "timm:resnet18?size=32", label_column="nolabel", cache_root=tmp_path)
     one = tiny_phantom.assign(label=1)
     with pytest.raises(DataError, match="both classes"):
         finetune_classifier(one, "timm:resnet18?size=32", epochs=1, cache_root=tmp_path)
@@ -226,7 +226,7 @@ def test_validation_to_test_fits_on_validation_and_reports_the_gap():
     val, test = model[model.split == "val"], model[model.split == "test"]
     t = metrics.fit_threshold(val.y_true, val.prob, rule="youden")
     assert row["threshold"] == pytest.approx(t)
-    assert row["eval_value"] == pytest.approx(metrics.metric_score("balanced_accuracy", test.y_true, test.prob, threshold=t))
+    assert row["eval_value"] == pytest.approx(metrics.metric_score(test.y_true, test.prob, metric="balanced_accuracy", threshold=t))
     assert row["gap"] == pytest.approx(row["eval_value"] - row["fit_value"])
     calibration = protocol.validation_to_test(preds, what="calibration")
     assert set(calibration["method"]) == {"none", "temperature", "platt"} and "params" not in calibration
@@ -274,10 +274,10 @@ def test_protocol_grid_cells_equal_a_direct_computation():
         val, test, train = (model[model["split"] == s] for s in ("val", "test", "train"))
         t = fit_threshold(val["y_true"], val["prob"], rule=row.rule, prevalence=train["y_true"].mean())
         assert row.threshold == t and row.n_test == 40
-        assert row.value == pytest.approx(metric_score(row.metric, test["y_true"], test["prob"], threshold=t))
-        assert row.fit_value == pytest.approx(metric_score(row.metric, val["y_true"], val["prob"], threshold=t))
+        assert row.value == pytest.approx(metric_score(test["y_true"], test["prob"], metric=row.metric, threshold=t))
+        assert row.fit_value == pytest.approx(metric_score(val["y_true"], val["prob"], metric=row.metric, threshold=t))
         y, p = test["y_true"].to_numpy(), test["prob"].to_numpy()
-        samples = [metric_score(row.metric, y[i], p[i], threshold=t)
+        samples = [metric_score(y[i], p[i], metric=row.metric, threshold=t)
                    for i in resample_indices(40, n_resamples=40, groups=test["patient_id"].to_numpy(), random_state=2)]
         assert (row.low, row.high) == pytest.approx(tuple(np.nanpercentile(samples, [5, 95])))
     default = protocol.protocol_grid(preds, rules=["youden"], metrics=["f1"])
@@ -350,7 +350,7 @@ def test_linear_probe_equals_its_cross_validation_written_out(monkeypatch):
         for fit, val in cv.split(X[tr], y[tr], groups[tr]):
             model = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=5000))
             oof[val] = model.fit(X[tr][fit], y[tr][fit]).predict_proba(X[tr][val])[:, 1]
-        scores.append(metrics.metric_score("auroc", y[tr], oof))
+        scores.append(metrics.metric_score(y[tr], oof, metric="auroc"))
     best = (0.001, 0.1, 10.0)[int(np.nanargmax(scores))]
     assert C == best
     model = make_pipeline(StandardScaler(), LogisticRegression(C=best, max_iter=5000)).fit(X[tr], y[tr])
@@ -395,13 +395,13 @@ def test_protocol_splits_provenance_and_boundaries():
     labels = np.tile([0, 1], n // 2)
     groups = np.arange(n) // 2
     split = np.array(["train"] * 100 + ["val"] * 50 + ["test"] * 50)
-    assignment, how = protocol.protocol_splits(split, groups, labels)  # 50 validation images: used as they are
+    assignment, how = protocol.protocol_splits(split, labels, groups=groups)  # 50 validation images: used as they are
     assert (assignment == split).all()
     assert how == ("official test split (50 images); official validation split (50 images); "
                    "training pool (100 images)")
     fewer = split.copy()
     fewer[100] = "train"  # 49 validation images: too few, a validation part is carved from the pool
-    assignment, how = protocol.protocol_splits(fewer, groups, labels)
+    assignment, how = protocol.protocol_splits(fewer, labels, groups=groups)
     n_val = int((assignment == "val").sum())
     assert how == (f"official test split (50 images); validation carved from the training pool by patient ({n_val} "
                    f"images, 15% of the pool's patients, seed 0) because the official validation split has 49 "
@@ -409,26 +409,26 @@ def test_protocol_splits_provenance_and_boundaries():
     # patients are never split, each class reaches the carved validation part, and the seed matters
     assert not set(groups[assignment == "val"]) & set(groups[assignment == "train"])
     assert set(labels[assignment == "val"]) == {0, 1}
-    other, _ = protocol.protocol_splits(fewer, groups, labels, random_state=1)
+    other, _ = protocol.protocol_splits(fewer, labels, groups=groups, random_state=1)
     assert not np.array_equal(other, assignment)
-    big, how_big = protocol.protocol_splits(fewer, groups, labels, validation_fraction=0.5)
+    big, how_big = protocol.protocol_splits(fewer, labels, groups=groups, validation_fraction=0.5)
     assert (big == "val").sum() > 2 * n_val and "50% of the pool's patients" in how_big
-    assert _message(protocol.protocol_splits, split, groups, labels, validation_fraction=0.0) == (
+    assert _message(protocol.protocol_splits, split, labels, groups=groups, validation_fraction=0.0) == (
         "validation_fraction must be in (0, 1), got 0.0")
-    assert _message(protocol.protocol_splits, split, groups, labels, validation_fraction=1.0) == (
+    assert _message(protocol.protocol_splits, split, labels, groups=groups, validation_fraction=1.0) == (
         "validation_fraction must be in (0, 1), got 1.0")
-    assert _message(protocol.protocol_splits, split[:10], groups, labels) == (
+    assert _message(protocol.protocol_splits, split[:10], labels, groups=groups) == (
         "split, groups and labels must have one entry per row, got 10, 200, 200")
-    assert _message(protocol.protocol_splits, np.where(split == "test", "train", split), groups, labels) == (
+    assert _message(protocol.protocol_splits, np.where(split == "test", "train", split), labels, groups=groups) == (
         "no rows with split == 'test': the protocol evaluates on the official test split; add a split column "
         "with train/val/test values (patients must not cross splits)")
     one_class = labels.copy()
     one_class[split == "test"] = 1
-    assert _message(protocol.protocol_splits, split, groups, one_class) == (
+    assert _message(protocol.protocol_splits, split, one_class, groups=groups) == (
         "the test partition holds a single class ([1]); the protocol needs both classes in train, validation "
         "and test")
     custom = np.where(split == "train", "pool", np.where(split == "val", "dev", "holdout"))
-    renamed, _ = protocol.protocol_splits(custom, groups, labels, train="pool", validation="dev", test="holdout")
+    renamed, _ = protocol.protocol_splits(custom, labels, groups=groups, train="pool", validation="dev", test="holdout")
     assert (renamed == split).all()
 
 
@@ -484,16 +484,70 @@ def test_validation_to_test_per_model_and_repeated_partition_defaults():
     y = np.tile([0, 1], 100)
     X = rng.normal(size=(200, 3)) + y[:, None]
     groups = np.arange(200) // 2
-    parts = protocol.repeated_partitions(X, y, groups)
+    parts = protocol.repeated_partitions(X, y, groups=groups)
     assert parts["partition"].tolist() == [0, 1, 2, 3, 4] and (parts["n_test"] == 40).all()
-    again = protocol.repeated_partitions(X, y, groups, n_partitions=5, test_fraction=0.2, rule="youden",
+    again = protocol.repeated_partitions(X, y, groups=groups, n_partitions=5, test_fraction=0.2, rule="youden",
                                          validation_fraction=0.15, random_state=0)
     pd.testing.assert_frame_equal(parts, again)
-    shifted = protocol.repeated_partitions(X, y, groups, n_partitions=2, random_state=1)
+    shifted = protocol.repeated_partitions(X, y, groups=groups, n_partitions=2, random_state=1)
     pd.testing.assert_frame_equal(shifted, parts.iloc[1:3].reset_index(drop=True).assign(partition=[0, 1]))
-    assert protocol.repeated_partitions(X, y, groups, n_partitions=2).shape == (2, 4)
-    wide = protocol.repeated_partitions(X, y, groups, n_partitions=2, test_fraction=0.4, validation_fraction=0.3)
+    assert protocol.repeated_partitions(X, y, groups=groups, n_partitions=2).shape == (2, 4)
+    wide = protocol.repeated_partitions(X, y, groups=groups, n_partitions=2, test_fraction=0.4, validation_fraction=0.3)
     assert (wide["n_test"] == 80).all()
     for bad in (1, True):
-        assert _message(protocol.repeated_partitions, X, y, groups, n_partitions=bad) == (
+        assert _message(protocol.repeated_partitions, X, y, groups=groups, n_partitions=bad) == (
             f"n_partitions must be at least 2, got {bad!r}")
+
+
+def _evidence_inputs(seed: int = 0):
+    preds = _predictions(np.random.default_rng(seed), seeds=(0, 1))
+    grid = protocol.protocol_grid(preds, n_resamples=50)
+    effects = protocol.effect_summary(grid)
+    calibration = protocol.validation_to_test(preds, what="calibration")
+    transfers = protocol.validation_to_test(preds, what="threshold")
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 240)
+    X = (y[:, None] + rng.normal(scale=1.5, size=(240, 4))).astype(float)
+    parts = protocol.repeated_partitions(X, y, groups=np.arange(240), n_partitions=3)
+    reported = {"backbone": "b", "policy": "finetuned", "seed": 1, "rule": "youden",
+                "backbones": ["a", "b"], "seeds": [0, 1]}
+    return preds, grid, effects, calibration, transfers, parts, reported
+
+
+def test_checklist_evidence_reads_the_reported_model_and_the_papers_numbers():
+    from crslib import checklist, paper
+
+    preds, grid, effects, calibration, transfers, parts, reported = _evidence_inputs()
+    ev = protocol.checklist_evidence(grid, effects, predictions=preds, calibration=calibration, transfers=transfers,
+                                     partitions=parts, reported=reported, calibration_method="platt",
+                                     finetune_epochs=3, provenance="official", n_resamples=50, source="here")
+    assert list(ev) == ["training_policy", "threshold", "metrics", "calibration", "uncertainty"]
+    by = effects.set_index("factor")
+    assert ev["training_policy"]["effect"]["value"] == by.loc["policy", "mean_abs_change"]
+    assert ev["training_policy"]["effect"]["paper"] == paper.value("policy_effect") == 0.044
+    assert ev["threshold"]["effect"]["value"] == by.loc["rule", "mean_abs_change"]
+    assert ev["threshold"]["effect"]["paper"] == paper.value("threshold_effect")
+    cell = grid[(grid.backbone == "b") & (grid.policy == "finetuned") & (grid.seed == 1) & (grid.rule == "youden")
+                & (grid.metric == "balanced_accuracy")].iloc[0]
+    assert ev["threshold"]["reported_threshold"] == cell["threshold"]  # seed 1, not seed 0
+    assert ev["metrics"]["reported_values"]["balanced_accuracy"] == cell["value"]
+    cal = calibration[(calibration.backbone == "b") & (calibration.policy == "finetuned") & (calibration.seed == 1)
+                      ].set_index("method").loc["platt"]
+    assert ev["calibration"]["ece_before"] == cal["ece_uniform_before"]
+    assert ev["calibration"]["effect"]["value"] == pytest.approx(cal["ece_uniform_after"] - cal["ece_uniform_before"])
+    assert ev["uncertainty"]["split_level"]["n_partitions"] == 3
+    assert ev["uncertainty"]["effect"]["value"] == pytest.approx(parts["auroc"].max() - parts["auroc"].min())
+    assert ev["uncertainty"]["seeds"] == [0, 1] and ev["training_policy"]["policies_compared"] == ["finetuned", "frozen"]
+    assert {item["effect"]["source"] for item in ev.values()} == {"here"}
+    # the checklist accepts every item as complete
+    entries = {e.item_id: e for e in checklist.build_checklist(ev).items}
+    assert all(entries[i].status == "complete" for i in ev), {i: entries[i].problems for i in ev}
+
+
+def test_checklist_evidence_refuses_a_model_the_tables_do_not_hold():
+    preds, grid, effects, calibration, transfers, parts, reported = _evidence_inputs()
+    with pytest.raises(InputError, match="grid has no rows for the reported model"):
+        protocol.checklist_evidence(grid, effects, predictions=preds, calibration=calibration, transfers=transfers,
+                                    partitions=parts, reported={**reported, "backbone": "zzz"},
+                                    calibration_method="platt", finetune_epochs=3, provenance="official",
+                                    n_resamples=50)
