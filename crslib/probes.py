@@ -1,7 +1,15 @@
-"""Linear probes: how much of a finding a frozen embedding makes linearly readable.
+"""Probes and heads: the small supervised models fitted on top of fixed features.
 
-The one home of the logistic-regression probe (standardise, then
-L2-regularised logistic regression) and its label checks.
+The one home of every model the analyses fit on embeddings or file
+properties:
+
+- the linear probe of findings (:func:`linear_probe_auroc`,
+  :func:`logistic_probe`: standardise, then L2-regularised logistic
+  regression), used by study 1 and the classifier transfer;
+- the classifiers of the split and shortcut audits of study 2 and their
+  out-of-fold probabilities (:func:`make_classifier`, :func:`out_of_fold_proba`);
+- the linear, kNN and MLP heads of the representation-risk workflow of
+  study 3 (:func:`fit_head`).
 """
 
 from __future__ import annotations
@@ -25,8 +33,7 @@ __all__ = [
 ]
 
 
-
-# =========================================================================== accuracy
+# =========================================================================== linear probe of findings
 
 
 def check_labels(labels: Any, n: int) -> pd.DataFrame:

@@ -337,8 +337,8 @@ def public_spec(name: str, *, size: int | None = None, cache_root: str | os.Path
 
     Examples
     --------
-    >>> public_spec("public:open_nsfw?size=64", cache_root="/tmp/zoo")  # doctest: +SKIP
-    'onnx:/tmp/zoo/public/open_nsfw-dynamic-....onnx#/ReduceMean_output_0?bgr=1&mean=104,117,123&scale=255&layout=nhwc&size=64'
+    >>> public_spec("public:open_nsfw?size=64", cache_root="my-cache")  # doctest: +SKIP
+    'onnx:my-cache/public/open_nsfw-dynamic-....onnx#/ReduceMean_output_0?bgr=1&mean=104,117,123&scale=255&layout=nhwc&size=64'
     """
     text = str(name)
     if text.startswith("public:"):
