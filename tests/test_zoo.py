@@ -1,4 +1,4 @@
-"""crslib.zoo: small encoders trained on the phantom, model cards, reuse,
+"""crslib.models.zoo: small encoders trained on the phantom, model cards, reuse,
 determinism, and the offline public reference encoders."""
 
 from __future__ import annotations
