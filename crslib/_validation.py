@@ -102,6 +102,23 @@ def per_image_array(per_image: Any, n: int | None = None) -> np.ndarray:
 # =========================================================================== counts, rows, groups, fractions
 
 
+def check_confidence(confidence: Any) -> float:
+    """A confidence level strictly between 0 and 1.
+
+    Examples
+    --------
+    >>> check_confidence(0.95)
+    0.95
+    """
+    try:
+        value = float(confidence)
+    except (TypeError, ValueError):
+        raise InputError(f"confidence must be a number between 0 and 1 (e.g. 0.95), got {confidence!r}") from None
+    if not 0.0 < value < 1.0:
+        raise InputError(f"confidence must be between 0 and 1 (e.g. 0.95), got {value}")
+    return value
+
+
 def check_count(value: Any, name: str, minimum: int = 1) -> int:
     """An integer of at least ``minimum`` (booleans refused).
 

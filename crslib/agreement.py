@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
-from crslib._validation import check_k, check_same_rows, per_image_array
+from crslib._validation import check_confidence, check_count, check_k, check_same_rows, per_image_array
 from crslib.ann import (
     APPROX_THRESHOLD,
     RecallResult,
@@ -375,8 +375,8 @@ def permutation_null(
     >>> res.mean < 0.1
     True
     """
-    n_permutations = stats._check_count(n_permutations, "n_permutations")
-    confidence = stats._check_confidence(confidence)
+    n_permutations = check_count(n_permutations, "n_permutations")
+    confidence = check_confidence(confidence)
     n = check_same_rows({"X_a": X_a, "X_b": X_b})
     I_a = knn_indices(X_a, k=k, metric=metric)
     I_b = knn_indices(X_b, k=k, metric=metric)

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
+from crslib._validation import check_confidence, check_count
 from crslib.errors import InputError
 
 __all__ = [
@@ -636,8 +637,8 @@ def reliability_curve(
     [[0.0, 2.0, 0.0], [1.0, 2.0, 1.0]]
     """
     y, p = check_binary(y_true, y_prob, require_both=False)
-    n_resamples = stats._check_count(n_resamples, "n_resamples")
-    confidence = stats._check_confidence(confidence)
+    n_resamples = check_count(n_resamples, "n_resamples")
+    confidence = check_confidence(confidence)
     idx, edges = _bins(p, n_bins, strategy)
     n_b = edges.size - 1
     count = np.bincount(idx, minlength=n_b)
@@ -652,7 +653,7 @@ def reliability_curve(
         for r, rows in enumerate(resampler):
             c = np.bincount(idx[rows], minlength=n_b)
             samples[r] = np.bincount(idx[rows], weights=y[rows], minlength=n_b) / c
-    low, high, _ = stats._percentile_interval(samples[:, keep], confidence)
+    low, high, _ = stats.percentile_interval(samples[:, keep], confidence)
     return pd.DataFrame({
         "bin": keep,
         "low_edge": edges[keep],

@@ -53,7 +53,7 @@ import pandas as pd
 
 from crslib import stats
 from crslib._compat import one_blas_thread
-from crslib._validation import check_fractions, check_groups, check_random_state
+from crslib._validation import check_confidence, check_count, check_fractions, check_groups, check_random_state
 from crslib.config import progress_enabled
 from crslib.errors import DataError, InputError
 from crslib.metrics import metric_score
@@ -178,13 +178,17 @@ def _check_heads(heads: Any) -> tuple[str, ...]:
 
 
 def _check_seed(random_state: Any) -> int:
-    """A non-negative integer seed; unlike :func:`crslib._validation.check_random_state`, None is refused."""
-    try:
-        seed = check_random_state(random_state)
-    except InputError:
-        seed = None
+    """The integer seed of a run: ``random_state`` itself, or a fresh one when it is None.
+
+    None draws a seed from the operating system's entropy, as scikit-learn
+    does, but the drawn integer is what the result records (``random_state``
+    of every :class:`PartitionResult`, ``settings["random_state"]``), so the
+    run can be repeated exactly by passing it back.
+    """
+    seed = check_random_state(random_state)
     if seed is None:
-        raise InputError(f"random_state must be a non-negative integer, got {random_state!r}")
+        seed = int(np.random.SeedSequence().entropy % 2**31)
+        log.info("random_state=None: drew seed %d (pass it as random_state to repeat this run)", seed)
     return seed
 
 
@@ -204,7 +208,7 @@ def outer_partition(
     groups: Any,
     task: str = "auto",
     fractions: Sequence[float] = (0.6, 0.2, 0.2),
-    random_state: int = 0,
+    random_state: int | None = 0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Patient-grouped train / locked validation / locked test row indices.
 
@@ -225,8 +229,8 @@ def outer_partition(
         ``"auto"``: classification when ``y`` holds two distinct values.
     fractions : sequence of 3 float
         Relative shares of patients in train, validation and test.
-    random_state : int
-        Seed of the patient shuffle.
+    random_state : int or None
+        Seed of the patient shuffle (None: a fresh seed each call).
 
     Returns
     -------
@@ -289,7 +293,7 @@ def reduce_dimensions(
     train_idx: Any,
     *,
     n_components: int = 128,
-    random_state: int = 0,
+    random_state: int | None = 0,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """Standardise and PCA-reduce embeddings, both fitted on the training rows only.
 
@@ -307,7 +311,7 @@ def reduce_dimensions(
         Training rows.
     n_components : int
         Shared target dimension (LOOKAGAIN-ML uses 128).
-    random_state : int
+    random_state : int or None
         Seed of the randomised SVD that scikit-learn's PCA picks for wide
         inputs (the same seed gives the same components).
 
@@ -342,7 +346,7 @@ def reduce_dimensions(
         raise InputError(f"train_idx must be a 1-D array of row indices in [0, {X.shape[0]})")
     if np.unique(tr).size < 2:
         raise InputError(f"PCA needs at least 2 training rows, got {np.unique(tr).size}")
-    n_components = stats._check_count(n_components, "n_components")
+    n_components = check_count(n_components, "n_components")
     k = int(min(n_components, np.unique(tr).size - 1, X.shape[1]))
     scaler = StandardScaler().fit(X[tr])
     S = scaler.transform(X)
@@ -428,7 +432,7 @@ def _add_scores(table: pd.DataFrame, part: str, task: str, y: np.ndarray, preds:
     """Add ``{part}_score``, ``_low``, ``_high`` (primary metric) and ``_secondary`` columns in place."""
     names = table["candidate"].tolist()
     point = [_scores(task, y, preds[c]) for c in names]
-    low, high, _ = stats._percentile_interval(np.column_stack([samples[c] for c in names]), confidence)
+    low, high, _ = stats.percentile_interval(np.column_stack([samples[c] for c in names]), confidence)
     table[f"{part}_score"] = [p[0] for p in point]
     table[f"{part}_low"], table[f"{part}_high"] = low, high
     table[f"{part}_secondary"] = [p[1] for p in point]
@@ -442,7 +446,7 @@ def _union_verdict(diffs: np.ndarray, gain: float, confidence: float) -> dict[st
     validation rows themselves. A positive ``gain`` alone is not enough: the
     lower percentile bound at ``confidence`` must be above 0.
     """
-    low, high, _ = stats._percentile_interval(diffs, confidence)
+    low, high, _ = stats.percentile_interval(diffs, confidence)
     valid = diffs[np.isfinite(diffs)]
     chosen = bool(np.isfinite(low) and low > 0)
     return {"gain": gain, "low": float(low), "high": float(high),
@@ -548,7 +552,7 @@ def _test_comparisons(table: pd.DataFrame, preds: dict[str, np.ndarray], y: np.n
         if c == selected:
             continue
         diffs = test_samples[c] - test_samples[selected]
-        low, high, _ = stats._percentile_interval(diffs, confidence)
+        low, high, _ = stats.percentile_interval(diffs, confidence)
         valid = diffs[np.isfinite(diffs)]
         comp_rows.append({"candidate": c, "encoder": enc, "head": head, "difference": float(score - sel_test),
                           "low": float(low), "high": float(high),
@@ -597,12 +601,12 @@ def _evaluate(
 def _check_options(heads, n_components, union_size, fractions, inner_splits, n_resamples, confidence, random_state):
     return dict(
         heads=_check_heads(heads),
-        n_components=stats._check_count(n_components, "n_components"),
+        n_components=check_count(n_components, "n_components"),
         union_size=_check_union_size(union_size),
         fractions=check_fractions(fractions),
-        inner_splits=stats._check_count(inner_splits, "inner_splits", minimum=2),
-        n_resamples=stats._check_count(n_resamples, "n_resamples"),
-        confidence=stats._check_confidence(confidence),
+        inner_splits=check_count(inner_splits, "inner_splits", minimum=2),
+        n_resamples=check_count(n_resamples, "n_resamples"),
+        confidence=check_confidence(confidence),
         random_state=_check_seed(random_state),
     )
 
@@ -621,7 +625,7 @@ def evaluate_partition(
     inner_splits: int = 3,
     n_resamples: int = 2000,
     confidence: float = 0.95,
-    random_state: int = 0,
+    random_state: int | None = 0,
 ) -> PartitionResult:
     """Benchmark, select and compare encoder x head candidates on one partition.
 
@@ -686,9 +690,10 @@ def evaluate_partition(
         shared by every candidate, so comparisons are paired).
     confidence : float
         CI level.
-    random_state : int
+    random_state : int or None
         Seed of the partition; the inner folds, the models, and the
-        bootstraps use seeds derived from it.
+        bootstraps use seeds derived from it. None draws a fresh seed and
+        records it in the result's ``random_state``.
 
     Returns
     -------
@@ -757,7 +762,7 @@ def representation_risk(
     inner_splits: int = 3,
     n_resamples: int = 2000,
     confidence: float = 0.95,
-    random_state: int = 0,
+    random_state: int | None = 0,
     progress: bool | None = None,
 ) -> RiskResult:
     """The representation-risk workflow on repeated patient-grouped partitions.
@@ -775,8 +780,9 @@ def representation_risk(
         As in :func:`evaluate_partition`.
     n_partitions : int
         Number of partitions (LOOKAGAIN-style default: 10).
-    random_state : int
-        Seed of partition 0.
+    random_state : int or None
+        Seed of partition 0. None draws a fresh seed and records it in
+        ``settings["random_state"]``, so the run can be repeated.
     progress : bool, optional
         Show a tqdm bar over partitions; default: only when stderr is a
         terminal and not in CI.
@@ -801,7 +807,7 @@ def representation_risk(
     g = check_groups(groups, n)
     opts = _check_options(heads, n_components, union_size, fractions, inner_splits, n_resamples, confidence,
                           random_state)
-    n_partitions = stats._check_count(n_partitions, "n_partitions")
+    n_partitions = check_count(n_partitions, "n_partitions")
     fractions_, seed = opts.pop("fractions"), opts.pop("random_state")
     results = []
     with one_blas_thread():

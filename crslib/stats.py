@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from crslib._validation import check_count as _check_count
+from crslib._validation import check_confidence, check_count
 from crslib.errors import InputError
 
 __all__ = [
@@ -40,6 +40,7 @@ __all__ = [
     "resample_indices",
     "group_permuter",
     "permutation_p_value",
+    "percentile_interval",
     "DeLongResult",
     "delong_test",
 ]
@@ -144,13 +145,6 @@ class MantelResult:
 # --------------------------------------------------------------------------- helpers
 
 
-def _check_confidence(confidence: float) -> float:
-    confidence = float(confidence)
-    if not 0.0 < confidence < 1.0:
-        raise InputError(f"confidence must be between 0 and 1 (e.g. 0.95), got {confidence}")
-    return confidence
-
-
 def _as_arrays(arrays: Sequence[Any], what: str = "arrays") -> tuple[list[np.ndarray], int]:
     if len(arrays) == 0:
         raise InputError(f"pass at least one array to resample ({what})")
@@ -251,16 +245,42 @@ def resample_indices(
     >>> [len(i) for i in resample_indices(4, n_resamples=2)]
     [4, 4]
     """
-    n = _check_count(n, "n")
-    n_resamples = _check_count(n_resamples, "n_resamples")
+    n = check_count(n, "n")
+    n_resamples = check_count(n_resamples, "n_resamples")
     sampler = _Resampler(n, groups, strata)
     rng = np.random.default_rng(random_state)
     for _ in range(n_resamples):
         yield sampler.draw(rng)
 
 
-def _percentile_interval(samples: np.ndarray, confidence: float):
-    """Percentile bounds ignoring NaN resamples (all-NaN columns give NaN)."""
+def percentile_interval(samples: Any, confidence: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Percentile interval of resampled statistics, column by column.
+
+    Cuts ``(1 - confidence) / 2`` from each tail. NaN resamples (a statistic
+    undefined on a resample) are ignored; an all-NaN column gives NaN bounds.
+    The one home of the interval rule: the bootstrap functions here and the
+    resampling intervals of :mod:`crslib.metrics` and :mod:`crslib.risk` use it.
+
+    Parameters
+    ----------
+    samples : array-like of shape (n_resamples,) or (n_resamples, n_statistics)
+    confidence : float
+        Between 0 and 1 (e.g. 0.95).
+
+    Returns
+    -------
+    low, high : ndarray (0-d for 1-D ``samples``)
+    n_invalid : ndarray
+        NaN resamples per column.
+
+    Examples
+    --------
+    >>> low, high, n_invalid = percentile_interval(np.arange(101.0), 0.9)
+    >>> round(float(low), 6), round(float(high), 6), int(n_invalid)
+    (5.0, 95.0, 0)
+    """
+    samples = np.asarray(samples, dtype=float)
+    confidence = check_confidence(confidence)
     alpha = (1.0 - confidence) / 2.0
     n_invalid = np.isnan(samples).sum(axis=0)
     with warnings.catch_warnings():
@@ -325,8 +345,8 @@ def bootstrap_ci(
     >>> res.low < 49.5 < res.high
     True
     """
-    n_resamples = _check_count(n_resamples, "n_resamples")
-    confidence = _check_confidence(confidence)
+    n_resamples = check_count(n_resamples, "n_resamples")
+    confidence = check_confidence(confidence)
     if not callable(statistic):
         raise InputError("statistic must be a callable taking the resampled arrays")
     arrays_, n = _as_arrays(arrays)
@@ -338,7 +358,7 @@ def bootstrap_ci(
     for b in range(n_resamples):
         idx = sampler.draw(rng)
         samples[b] = np.asarray(statistic(*(a[idx] for a in arrays_)), dtype=float)
-    low, high, n_invalid = _percentile_interval(samples, confidence)
+    low, high, n_invalid = percentile_interval(samples, confidence)
     return BootstrapResult(
         estimate=estimate,
         low=_scalarise(low),
@@ -390,8 +410,8 @@ def paired_bootstrap(
     >>> res.estimate > 0 and res.share_positive == 1.0
     True
     """
-    n_resamples = _check_count(n_resamples, "n_resamples")
-    confidence = _check_confidence(confidence)
+    n_resamples = check_count(n_resamples, "n_resamples")
+    confidence = check_confidence(confidence)
     a = tuple(inputs_a) if isinstance(inputs_a, (tuple, list)) else (inputs_a,)
     b = tuple(inputs_b) if isinstance(inputs_b, (tuple, list)) else (inputs_b,)
     arrays_, n = _as_arrays(a + b, "inputs")
@@ -404,7 +424,7 @@ def paired_bootstrap(
     for r in range(n_resamples):
         idx = sampler.draw(rng)
         diffs[r] = float(statistic(*(x[idx] for x in aa))) - float(statistic(*(x[idx] for x in bb)))
-    low, high, n_invalid = _percentile_interval(diffs, confidence)
+    low, high, n_invalid = percentile_interval(diffs, confidence)
     valid = diffs[~np.isnan(diffs)]
     share = float(np.mean(valid > 0)) if valid.size else float("nan")
     return PairedBootstrapResult(
@@ -495,7 +515,7 @@ def permutation_test(
     >>> res.p_value
     0.01
     """
-    n_permutations = _check_count(n_permutations, "n_permutations")
+    n_permutations = check_count(n_permutations, "n_permutations")
     (x, y), n = _as_arrays((x, y))
     observed = float(statistic(x, y))
     rng = np.random.default_rng(random_state)
@@ -678,7 +698,7 @@ def mantel_test(
         raise InputError(f"method must be 'spearman' or 'pearson', got {method!r}")
     if alternative not in ("two-sided", "greater", "less"):
         raise InputError(f"alternative must be 'two-sided', 'greater' or 'less', got {alternative!r}")
-    n_permutations = _check_count(n_permutations, "n_permutations")
+    n_permutations = check_count(n_permutations, "n_permutations")
     A, B = _check_square_pair(A, B)
     m = A.shape[0]
     iu0, iu1 = np.triu_indices(m, 1)
@@ -815,7 +835,7 @@ def delong_test(
     """
     from scipy.stats import norm
 
-    confidence = _check_confidence(confidence)
+    confidence = check_confidence(confidence)
     y = np.asarray(y_true)
     if y.ndim != 1:
         raise InputError(f"y_true must be a 1-D array with one label per case, got shape {y.shape}")

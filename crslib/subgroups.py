@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
-from crslib._validation import per_image_array
+from crslib._validation import check_confidence, check_count, per_image_array
 from crslib.errors import InputError
 
 __all__ = [
@@ -192,8 +192,8 @@ def overlap_variance_shares(
     x = per_image_array(per_image)
     n = x.shape[0]
     meta, columns = _check_metadata(metadata, n, columns)
-    n_resamples = stats._check_count(n_resamples, "n_resamples")
-    confidence = stats._check_confidence(confidence)
+    n_resamples = check_count(n_resamples, "n_resamples")
+    confidence = check_confidence(confidence)
     if np.ptp(x) == 0:
         raise InputError("per_image overlap is constant: there is no variance to explain")
     D, blocks = _one_hot_blocks(meta, columns)

@@ -21,7 +21,7 @@ import pandas as pd
 
 from crslib import stats
 from crslib._compat import one_blas_thread
-from crslib._validation import as_embeddings
+from crslib._validation import as_embeddings, check_count
 from crslib.errors import InputError
 from crslib.probes import check_labels, degenerate_reason, logistic_probe
 from crslib.splits import grouped_split
@@ -454,7 +454,7 @@ def classifier_transfer(
         if g.shape != (n,):
             raise InputError(f"groups must have one patient id per image ({n}), got shape {g.shape}")
     _check_disjoint(sets, g)
-    stats._check_count(n_resamples, "n_resamples")
+    check_count(n_resamples, "n_resamples")
     mp, tr, te = sets["map_idx"], sets["train_idx"], sets["test_idx"]
     lin = fit_linear_map(B[mp], A[mp], method=method, random_state=random_state)
     mapped = lin.predict(B[te])

@@ -306,6 +306,20 @@ def test_same_seed_identical_tables_other_seed_other_partitions():
     pd.testing.assert_frame_equal(a.partitions[1].candidates, c.primary.candidates)
 
 
+def test_random_state_none_draws_a_seed_that_is_recorded_and_repeats_the_run():
+    from crslib import risk
+
+    emb, y, groups = _data(n_patients=60)
+    drawn = {risk._check_seed(None) for _ in range(5)}
+    assert len(drawn) == 5 and all(isinstance(s, int) and 0 <= s < 2**31 for s in drawn)
+    a = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=None, **FAST)
+    seed = a.settings["random_state"]
+    assert isinstance(seed, int) and [p.random_state for p in a.partitions] == [seed, seed + 1]
+    b = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=seed, **FAST)
+    pd.testing.assert_frame_equal(a.all_partitions, b.all_partitions)
+    assert a.to_dict() == b.to_dict()
+
+
 def test_to_dict_is_json_ready():
     emb, y, groups = _data(n_patients=60)
     res = representation_risk(emb, y, groups=groups, heads=["linear", "knn"], n_partitions=2, **FAST)
@@ -520,8 +534,9 @@ def test_option_checks_exact_messages():
         assert _risk_message(check_fractions, bad) == (
             f"fractions must be three positive numbers (train, validation, test), e.g. (0.6, 0.2, 0.2); got {bad!r}")
     assert check_fractions([3, 1, 1]) == (3.0, 1.0, 1.0)
-    for bad in (-1, True, 1.5, None):
-        assert _risk_message(risk._check_seed, bad) == f"random_state must be a non-negative integer, got {bad!r}"
+    for bad in (-1, True, 1.5):
+        assert _risk_message(risk._check_seed, bad) == (
+            f"random_state must be a non-negative integer or None, got {bad!r}")
     assert risk._check_seed(np.int64(0)) == 0
     for bad in (1, -1, True, 2.0):
         assert _risk_message(risk._check_union_size, bad) == (

@@ -15,6 +15,7 @@ import pytest
 from scipy.stats import pearsonr, spearmanr
 
 from crslib import splits, stats
+from crslib._validation import check_confidence, check_count
 from crslib.errors import InputError
 
 
@@ -242,8 +243,10 @@ def test_argument_messages():
         "1 group(s) span several strata; each group (e.g. patient) must belong to one stratum, "
         "or resample without strata")
     assert _message(list, stats.resample_indices(0)) == "n must be an integer >= 1, got 0"
-    assert stats._check_count(0, "n_permutations", 0) == 0
-    assert stats._check_confidence(0.5) == 0.5 and isinstance(stats._check_confidence(1 / 2), float)
+    assert check_count(0, "n_permutations", 0) == 0
+    assert check_confidence(0.5) == 0.5 and isinstance(check_confidence(1 / 2), float)
+    assert _message(check_confidence, "high") == "confidence must be a number between 0 and 1 (e.g. 0.95), got 'high'"
+    assert _message(check_confidence, 1.0) == "confidence must be between 0 and 1 (e.g. 0.95), got 1.0"
     msg = _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=np.array([1, "a", 2.5, None], dtype=object))
     assert msg.startswith("groups labels cannot be compared (") and msg.endswith("); pass labels of one type")
 

@@ -128,8 +128,6 @@ def _tiff_bits(im: Any) -> tuple[int | None, bool]:
 
 
 def _pil_to_array(im: Any, path: Path) -> np.ndarray:
-    from PIL import Image
-
     mode = im.mode
     if mode == "1":
         return _as_hwc(np.asarray(im, dtype=np.float32))
