@@ -41,13 +41,13 @@ def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
 #: tests, where they are not simply ``test_<module>*.py`` (modules cut out of a larger one keep
 #: their tests where they were).
 OWN_TESTS: dict[str, tuple[str, ...]] = {
-    "neighbors": ("agreement",),
-    "ann": ("agreement",),
-    "similarity": ("agreement",),
-    "subgroups": ("agreement",),
-    "probes": ("agreement", "audit", "risk", "transfer"),
-    "splits": ("audit", "risk", "stats", "transfer"),
-    "shortcut": ("audit",),
+    "neighbors": ("agreement", "neighbors"),
+    "ann": ("agreement", "ann"),
+    "similarity": ("agreement", "similarity"),
+    "subgroups": ("agreement", "subgroups"),
+    "probes": ("agreement", "audit", "risk", "transfer", "probes"),
+    "splits": ("audit", "risk", "stats", "transfer", "splits"),
+    "shortcut": ("audit", "shortcut"),
     "risk_results": ("risk",),
     "checklist_items": ("checklist",),
 }
