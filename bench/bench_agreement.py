@@ -113,7 +113,7 @@ def worker_matrix(args) -> dict:
     tracemalloc.start()
     tracemalloc.reset_peak()
     t = time.perf_counter()
-    A = agreement_matrix(emb, k=args.k)
+    A = agreement_matrix(emb, k=args.k).overlap
     t_matrix = time.perf_counter() - t
     peak_tm = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()

@@ -153,16 +153,15 @@ def agreement_worker(n: int, index: str, recall_sample: int) -> dict:
         start = time.perf_counter()
         matrix = agreement_matrix(embeddings, k=10, index=index, threshold=0, recall_sample=recall_sample)
         seconds = time.perf_counter() - start
-    search = matrix.attrs.get("search", {})
-    bounds = matrix.attrs.get("overlap_error_bound", {})
+    search = matrix.search
     return {
-        "n": n, "index": index, "seconds": seconds, "overlap": float(matrix.iloc[0, 1]),
+        "n": n, "index": index, "seconds": seconds, "overlap": float(matrix.overlap.iloc[0, 1]),
         "peak_mb": memory.above_start_mb, "data_mb": data_mb,
         "recall": [info.get("recall") for info in search.values()],
         "recall_ci": [info.get("recall_ci") for info in search.values()],
         "search_seconds": [info.get("seconds") for info in search.values()],
         "params": next(iter(search.values()), {}).get("params") or {},
-        "bound": max(bounds.values()) if bounds else 0.0,
+        "bound": matrix.max_error_bound,
     }
 
 

@@ -112,3 +112,18 @@ def json_ready(obj: Any, digits: int | None = None) -> Any:
     if obj is pd.NA or obj is pd.NaT:
         return None
     return str(obj)
+
+
+class JsonResult:
+    """Mixin of the result dataclasses: ``to_json()`` is their ``to_dict()`` as JSON text.
+
+    ``to_dict()`` (JSON-ready: NaN as None, arrays as lists) is what a caller
+    inspects; ``to_json()`` is what a run writes to a file.
+    """
+
+    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def to_json(self) -> str:
+        """:meth:`to_dict` as indented JSON text, ending with a newline."""
+        return json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n"

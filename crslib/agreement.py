@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
+from crslib._io import JsonResult, json_ready
 from crslib._validation import check_confidence, check_count, check_k, check_same_rows, per_image_array
 from crslib.ann import (
     APPROX_THRESHOLD,
@@ -42,6 +43,8 @@ from crslib.neighbors import _check_index_array, _intersections, knn_indices
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "AgreementMatrix",
+    "KSweep",
     "NullResult",
     "overlap_from_indices",
     "mutual_knn_overlap_per_image",
@@ -155,6 +158,77 @@ def mutual_knn_overlap(
     return float(np.mean(mutual_knn_overlap_per_image(X_a, X_b, k=k, exclude_groups=exclude_groups, metric=metric)))
 
 
+@dataclass(frozen=True, eq=False)
+class AgreementMatrix(JsonResult):
+    """Mutual kNN overlap of every pair of models, with how it was searched.
+
+    Returned by :func:`agreement_matrix`. The functions that take an
+    agreement matrix (:func:`accuracy_agreement_association`,
+    :func:`convergence_pairs`, :func:`convergence_table`) accept this object
+    or its :attr:`overlap` frame alike.
+
+    Attributes
+    ----------
+    overlap : DataFrame of shape (M, M)
+        Symmetric, rows and columns labelled by model name (index name
+        ``"model"``), diagonal 1.0.
+    k : int
+        Neighbours per image.
+    n_images : int
+        Number of images N.
+    search : dict of str -> dict
+        Per model, the ``info`` dict of :func:`crslib.ann.knn_search`: index
+        used (``"exact"`` or approximate), recall and its interval, seconds.
+    overlap_error_bound : dict of str -> float
+        Per pair ``"model_a|model_b"`` (in the order of :attr:`overlap`), the
+        largest possible difference between the reported and the exact mean
+        overlap (:func:`crslib.ann.overlap_error_bound` of the two models'
+        recalls, from the lower ends of their 95% intervals; an exact search
+        has recall 1). Empty when every model was searched exactly.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> Z = np.random.default_rng(0).normal(size=(60, 4))
+    >>> res = agreement_matrix({"a": Z, "b": 2 * Z}, k=5)
+    >>> res.models, res.k, res.n_images, res.max_error_bound
+    (['a', 'b'], 5, 60, 0.0)
+    >>> res.to_dict()["overlap"]
+    [[1.0, 1.0], [1.0, 1.0]]
+    """
+
+    overlap: pd.DataFrame
+    k: int
+    n_images: int
+    search: dict[str, dict] = field(default_factory=dict, repr=False)
+    overlap_error_bound: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def models(self) -> list[str]:
+        """Model names, in the order of the rows of :attr:`overlap`."""
+        return [str(m) for m in self.overlap.index]
+
+    @property
+    def max_error_bound(self) -> float:
+        """Largest :attr:`overlap_error_bound` over the pairs; 0.0 when every search was exact."""
+        return float(max(self.overlap_error_bound.values(), default=0.0))
+
+    def to_frame(self) -> pd.DataFrame:
+        """A copy of :attr:`overlap` (changing it leaves this result as it is)."""
+        return self.overlap.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: models, k, n_images, overlap (nested lists, row by row), search, overlap_error_bound."""
+        return json_ready({
+            "models": self.models,
+            "k": self.k,
+            "n_images": self.n_images,
+            "overlap": self.overlap.to_numpy(dtype=float).tolist(),
+            "search": self.search,
+            "overlap_error_bound": self.overlap_error_bound,
+        })
+
+
 def agreement_matrix(
     embeddings: Mapping[str, Any],
     *,
@@ -167,7 +241,7 @@ def agreement_matrix(
     recall_sample: int = 20_000,
     scheduler: Any = None,
     nprobe: int | None = None,
-) -> pd.DataFrame | tuple[pd.DataFrame, pd.DataFrame]:
+) -> AgreementMatrix | tuple[AgreementMatrix, pd.DataFrame]:
     """Mutual kNN overlap between every pair of models.
 
     Each model is searched once (M searches for M models); pair overlaps
@@ -209,15 +283,15 @@ def agreement_matrix(
 
     Returns
     -------
-    agreement : DataFrame of shape (M, M)
-        Symmetric, labelled by model name, diagonal 1.0. ``attrs`` holds
-        ``k``, ``n_images``, ``search`` (per model, the ``info`` dict of
-        :func:`knn_search`: index used, recall and its interval, seconds)
-        and, when any model was searched approximately,
-        ``overlap_error_bound``: per pair ``"model_a|model_b"``, the largest
-        possible difference between the reported and the exact mean overlap
-        (:func:`overlap_error_bound` of the two models' recalls, from the
-        lower ends of their 95% intervals; an exact search has recall 1).
+    agreement : AgreementMatrix
+        ``overlap``: the (M, M) matrix, symmetric, labelled by model name,
+        diagonal 1.0; ``k``; ``n_images``; ``search`` (per model, the
+        ``info`` dict of :func:`knn_search`: index used, recall and its
+        interval, seconds); ``overlap_error_bound``: per pair
+        ``"model_a|model_b"``, the largest possible difference between the
+        reported and the exact mean overlap (:func:`overlap_error_bound` of
+        the two models' recalls, from the lower ends of their 95% intervals;
+        an exact search has recall 1), empty when every search was exact.
     per_image : DataFrame of shape (N, M(M-1)/2)
         Only with ``return_per_image=True``; columns are a MultiIndex
         (model_a, model_b).
@@ -228,8 +302,8 @@ def agreement_matrix(
     >>> rng = np.random.default_rng(0)
     >>> Z = rng.normal(size=(100, 8))
     >>> A = agreement_matrix({"a": Z, "b": 2 * Z, "c": rng.normal(size=(100, 8))}, k=5)
-    >>> float(A.loc["a", "b"]), A.attrs["search"]["a"]["index"]
-    (1.0, 'exact')
+    >>> float(A.overlap.loc["a", "b"]), A.search["a"]["index"], A.overlap_error_bound
+    (1.0, 'exact', {})
     """
     if not isinstance(embeddings, Mapping) or len(embeddings) < 2:
         raise InputError("embeddings must be a mapping {model name: array} with at least 2 models")
@@ -272,10 +346,9 @@ def agreement_matrix(
             mat[i, j] = mat[j, i] = float(ov.mean())
             if return_per_image:
                 per_image[(names[i], names[j])] = ov
-    agreement = pd.DataFrame(mat, index=pd.Index(names, name="model"), columns=pd.Index(names, name="model"))
-    agreement.attrs.update({"k": k, "n_images": len(next(iter(index_of.values()))), "search": infos})
+    bounds: dict[str, float] = {}
     if any(r is not None for r in recalls.values()):
-        agreement.attrs["overlap_error_bound"] = {
+        bounds = {
             f"{names[i]}|{names[j]}": overlap_error_bound(
                 1.0 if recalls[names[i]] is None else recalls[names[i]],
                 1.0 if recalls[names[j]] is None else recalls[names[j]],
@@ -283,6 +356,10 @@ def agreement_matrix(
             for i in range(m)
             for j in range(i + 1, m)
         }
+    agreement = AgreementMatrix(
+        overlap=pd.DataFrame(mat, index=pd.Index(names, name="model"), columns=pd.Index(names, name="model")),
+        k=int(k), n_images=len(next(iter(index_of.values()))), search=infos, overlap_error_bound=bounds,
+    )
     if return_per_image:
         cols = pd.MultiIndex.from_tuples(list(per_image), names=["model_a", "model_b"])
         return agreement, pd.DataFrame(np.column_stack(list(per_image.values())), columns=cols)
@@ -437,6 +514,40 @@ def overlap_ci(
 
 
 
+@dataclass(frozen=True, eq=False)
+class KSweep(JsonResult):
+    """Mutual kNN overlap and chance level for several k (:func:`k_sweep`).
+
+    Attributes
+    ----------
+    table : DataFrame
+        One row per kept k, columns ``k``, ``overlap``, ``chance``,
+        ``overlap_over_chance``.
+    dropped_k : list of int
+        Values of k left out because they are not below the number of
+        candidate neighbours (empty when every k was kept).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).normal(size=(30, 4))
+    >>> res = k_sweep(X, X, ks=(1, 5, 50))
+    >>> res.to_dict()["dropped_k"], res.to_frame()["overlap"].tolist()
+    ([50], [1.0, 1.0])
+    """
+
+    table: pd.DataFrame
+    dropped_k: list[int] = field(default_factory=list)
+
+    def to_frame(self) -> pd.DataFrame:
+        """A copy of :attr:`table` (changing it leaves this result as it is)."""
+        return self.table.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: ``table`` (a list of row records) and ``dropped_k``."""
+        return json_ready({"table": self.table, "dropped_k": self.dropped_k})
+
+
 def k_sweep(
     X_a: Any,
     X_b: Any,
@@ -444,26 +555,40 @@ def k_sweep(
     ks: Sequence[int] = (1, 5, 10, 20, 50, 100),
     exclude_groups: Any = None,
     metric: str = "cosine",
-) -> pd.DataFrame:
+) -> KSweep:
     """Mutual kNN overlap and chance level for several k.
 
     Each model is searched once with the largest k; smaller k use the first
     neighbours (the ranking is exact, so prefixes are the smaller-k sets).
     Values of k that are not below N (or not below the candidates left by
-    the group exclusion) are dropped and listed in ``attrs["dropped_k"]``.
+    the group exclusion) are dropped and listed in ``dropped_k`` of the
+    result.
+
+    Parameters
+    ----------
+    X_a, X_b : array-like of shape (N, d_a) and (N, d_b)
+        Embeddings of the same N images by two models.
+    ks : sequence of int
+        Values of k (duplicates and order do not matter).
+    exclude_groups : array-like of shape (N,), optional
+        E.g. patient ids, as in :func:`mutual_knn_overlap_per_image`.
+    metric : {"cosine", "ip", "euclidean"}
 
     Returns
     -------
-    DataFrame with columns k, overlap, chance, overlap_over_chance
-        Chance is ``k / (N - 1)``, or with ``exclude_groups`` the mean over
-        images of ``k / (N - own group size)``.
+    KSweep
+        ``table`` with columns k, overlap, chance, overlap_over_chance (one
+        row per kept k, ascending); ``dropped_k``. Chance is ``k / (N - 1)``,
+        or with ``exclude_groups`` the mean over images of
+        ``k / (N - own group size)``.
 
     Examples
     --------
     >>> import numpy as np
     >>> X = np.random.default_rng(0).normal(size=(30, 4))
-    >>> k_sweep(X, X, ks=(1, 5, 50))["k"].tolist()
-    [1, 5]
+    >>> res = k_sweep(X, X, ks=(1, 5, 50))
+    >>> res.table["k"].tolist(), res.dropped_k
+    ([1, 5], [50])
     """
     n = check_same_rows({"X_a": X_a, "X_b": X_b})
     ks_list = []
@@ -499,21 +624,24 @@ def k_sweep(
         ov = _intersections(I_a[:, :kv], I_b[:, :kv]).mean() / kv
         chance = kv / (n - 1) if pool is None else float(np.mean(kv / pool))
         rows.append({"k": kv, "overlap": float(ov), "chance": chance, "overlap_over_chance": float(ov) / chance})
-    out = pd.DataFrame(rows)
-    out.attrs["dropped_k"] = dropped
-    return out
+    return KSweep(table=pd.DataFrame(rows), dropped_k=dropped)
 
 
 def _check_agreement_frame(agreement: Any) -> pd.DataFrame:
+    """The (M, M) overlap frame of an :class:`AgreementMatrix`, or a square DataFrame as given."""
+    if isinstance(agreement, AgreementMatrix):
+        agreement = agreement.overlap
     if not isinstance(agreement, pd.DataFrame):
-        raise InputError("agreement must be a square DataFrame labelled by model name (see agreement_matrix)")
+        raise InputError(
+            "agreement must be an AgreementMatrix (see agreement_matrix) or a square DataFrame labelled by model name"
+        )
     if agreement.shape[0] != agreement.shape[1] or list(agreement.index) != list(agreement.columns):
         raise InputError("agreement must be square with the same model names, in the same order, on rows and columns")
     return agreement
 
 
 def accuracy_agreement_association(
-    agreement: pd.DataFrame,
+    agreement: AgreementMatrix | pd.DataFrame,
     accuracy: pd.Series,
     *,
     n_permutations: int = 999,
@@ -531,7 +659,10 @@ def accuracy_agreement_association(
 
     Parameters
     ----------
-    agreement : DataFrame (M x M), symmetric, labelled by model
+    agreement : AgreementMatrix or DataFrame (M x M)
+        From :func:`agreement_matrix`, or its ``overlap`` frame (any square
+        frame labelled by model name, same names on rows and columns); both
+        give the same answer.
     accuracy : Series indexed by model name (e.g. mean AUROC)
     n_permutations : int
     method : {"spearman", "pearson"}
@@ -599,13 +730,14 @@ def _check_model_info(agreement: pd.DataFrame, model_info: Any) -> pd.DataFrame:
     return info.loc[names]
 
 
-def convergence_pairs(agreement: pd.DataFrame, model_info: pd.DataFrame) -> pd.DataFrame:
+def convergence_pairs(agreement: AgreementMatrix | pd.DataFrame, model_info: pd.DataFrame) -> pd.DataFrame:
     """Every pair of models of the same architecture, with what they share and their overlap.
 
     Parameters
     ----------
-    agreement : DataFrame (M x M)
-        From :func:`agreement_matrix`.
+    agreement : AgreementMatrix or DataFrame (M x M)
+        From :func:`agreement_matrix`, or its ``overlap`` frame (or a subset
+        of it, e.g. ``result.overlap.loc[names, names]``).
     model_info : DataFrame with columns name, objective, seed, architecture
         One row per model of ``agreement`` (e.g. the zoo's model cards,
         :func:`crslib.models.list_zoo`).
@@ -643,7 +775,7 @@ def convergence_pairs(agreement: pd.DataFrame, model_info: pd.DataFrame) -> pd.D
     return pd.DataFrame(rows, columns=columns)
 
 
-def convergence_table(agreement: pd.DataFrame, model_info: pd.DataFrame) -> pd.DataFrame:
+def convergence_table(agreement: AgreementMatrix | pd.DataFrame, model_info: pd.DataFrame) -> pd.DataFrame:
     """Agreement within an objective across seeds vs across objectives.
 
     For each architecture and objective: the overlap of pairs with the same
@@ -656,8 +788,9 @@ def convergence_table(agreement: pd.DataFrame, model_info: pd.DataFrame) -> pd.D
 
     Parameters
     ----------
-    agreement : DataFrame (M x M)
-        From :func:`agreement_matrix`.
+    agreement : AgreementMatrix or DataFrame (M x M)
+        From :func:`agreement_matrix`, or its ``overlap`` frame (or a subset
+        of it, e.g. ``result.overlap.loc[names, names]``).
     model_info : DataFrame with columns name, objective, seed, architecture
         One row per model of ``agreement``.
 
@@ -677,6 +810,7 @@ def convergence_table(agreement: pd.DataFrame, model_info: pd.DataFrame) -> pd.D
     >>> convergence_table(A, info).set_index("objective").within_mean.to_dict()
     {'ssl': 0.5, 'sup': 0.1, '(all)': 0.3}
     """
+    agreement = _check_agreement_frame(agreement)
     pairs = convergence_pairs(agreement, model_info)
     info = _check_model_info(agreement, model_info)
     pairs = list(zip(pairs["architecture"], pairs["objective_a"], pairs["objective_b"],

@@ -44,11 +44,11 @@ import pandas as pd
 
 from crslib import paper
 from crslib._compat import one_blas_thread
-from crslib._io import json_ready
+from crslib._io import JsonResult, json_ready
 from crslib._validation import as_feature_matrix, as_row_values, check_count
 from crslib.errors import DataError, InputError
 from crslib.probes import class_codes, classifier_name, label_sort_key, make_classifier, out_of_fold_proba
-from crslib.shortcut import ShortcutAuditResult, property_matrix, shortcut_audit
+from crslib.shortcut import PropertyMatrix, ShortcutAuditResult, property_matrix, shortcut_audit
 from crslib.splits import check_pool_and_test, grouped_folds, pool_test_masks
 from crslib.stats import auroc, bootstrap_ci, group_permuter, permutation_p_value
 
@@ -147,7 +147,7 @@ class PartitionAuditResult:
 
 
 @dataclass
-class AuditResult:
+class AuditResult(JsonResult):
     """Everything :func:`run_audit` found; render with :func:`crslib.reports.render_audit_html`.
 
     Attributes
@@ -204,9 +204,6 @@ class AuditResult:
             "notes": self.notes,
             "paper": PAPER_NUMBERS,
         })
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2) + "\n"
 
     def checklist_evidence(self, *, data: str, source: str = "crs audit") -> dict[str, Any]:
         """Evidence for the ``split`` and ``shortcut`` items of the reporting checklist.
@@ -312,9 +309,9 @@ def partition_audit(
 
     Parameters
     ----------
-    X : array-like of shape (n_rows, n_features)
-        Embeddings, or a property design matrix (:func:`property_matrix`).
-        No NaN.
+    X : array-like of shape (n_rows, n_features), or PropertyMatrix
+        Embeddings, or a property design matrix (:func:`property_matrix`;
+        its ``features`` are used). No NaN.
     split : array-like of shape (n_rows,)
         Split name per row.
     groups : array-like of shape (n_rows,)
@@ -382,7 +379,7 @@ def partition_audit(
     >>> res.auc > 0.9, list(res.table.columns[:4])
     (True, ['scope', 'auc', 'low', 'high'])
     """
-    X = as_feature_matrix(X, "X")
+    X = as_feature_matrix(X.features if isinstance(X, PropertyMatrix) else X, "X")
     n = X.shape[0]
     split_arr = as_row_values(split, n, "split", "the split name of each row")
     group_arr = as_row_values(groups, n, "groups", "patient ids (groups=manifest['patient_id'])")
@@ -625,7 +622,8 @@ def run_audit(
         n_images=len(manifest), label_column=label_column, pool=pool_t, test=test, provenance=provenance,
         partition_properties=part_props, shortcut=shortcut, partition_embeddings=part_emb,
         embedding_name=embedding_name if embeddings is not None else None,
-        property_columns=list(X_props.columns), notes=notes, file_properties=[str(c) for c in properties.columns],
+        property_columns=list(X_props.features.columns), notes=notes,
+        file_properties=[str(c) for c in properties.columns],
     )
 
 

@@ -220,7 +220,7 @@ def compare_embeddings(
         table = classifier_transfer(
             X_old, X_new, labels.reset_index(drop=True), map_idx=map_idx, train_idx=train_idx,
             test_idx=test_idx, groups=groups, n_resamples=min(n_resamples, 500), random_state=random_state,
-        )
+        ).table
         result.transfer = table.to_dict(orient="records")
         result.map_r2 = float(table["map_r2"].dropna().iloc[0]) if table["map_r2"].notna().any() else None
     if min_overlap is not None:

@@ -15,6 +15,7 @@ properties:
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,12 +23,14 @@ import pandas as pd
 
 from crslib import stats
 from crslib._compat import one_blas_thread
+from crslib._io import JsonResult, json_ready
 from crslib._validation import as_embeddings
 from crslib.errors import InputError
 
 log = logging.getLogger(__name__)
 
 __all__ = [
+    "ProbeAUROC",
     "linear_probe_auroc",
     "logistic_probe",
 ]
@@ -57,6 +60,56 @@ def check_labels(labels: Any, n: int) -> pd.DataFrame:
     return out
 
 
+@dataclass(frozen=True, eq=False)
+class ProbeAUROC(JsonResult):
+    """Test AUROC of a linear probe per finding (:func:`linear_probe_auroc`).
+
+    Attributes
+    ----------
+    auroc : Series of float
+        Test AUROC, indexed by finding (index name ``"finding"``, series name
+        ``"auroc"``); NaN for a finding that could not be fitted.
+    reasons : dict of str -> str
+        Per finding that was not fitted, why (e.g. a single class in the
+        training or test part); fitted findings are absent.
+    n_train, n_test : int
+        Images in the training and test part of the patient-grouped split
+        (before leaving out the unlabelled images of a finding).
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> X = np.random.default_rng(0).normal(size=(100, 3))
+    >>> y = pd.DataFrame({"edema": (X[:, 0] > 0).astype(int), "never": 0})
+    >>> res = linear_probe_auroc(X, y, groups=np.arange(100))
+    >>> res.reasons["never"], res.n_train + res.n_test
+    ('single class in the training split (0 positive of 70)', 100)
+    >>> res.to_frame().columns.tolist()
+    ['finding', 'auroc', 'reason', 'n_train', 'n_test']
+    """
+
+    auroc: pd.Series
+    reasons: dict[str, str] = field(default_factory=dict)
+    n_train: int = 0
+    n_test: int = 0
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per finding: finding, auroc, reason (empty where fitted), n_train, n_test (a new frame)."""
+        findings = list(self.auroc.index)
+        return pd.DataFrame({
+            "finding": findings,
+            "auroc": self.auroc.to_numpy(dtype=float, copy=True),
+            "reason": [self.reasons.get(f, "") for f in findings],
+            "n_train": self.n_train,
+            "n_test": self.n_test,
+        })
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: auroc per finding (NaN as None), reasons, n_train, n_test."""
+        return json_ready({"auroc": self.auroc, "reasons": self.reasons, "n_train": self.n_train,
+                           "n_test": self.n_test})
+
+
 def linear_probe_auroc(
     X: Any,
     labels: pd.DataFrame,
@@ -66,7 +119,7 @@ def linear_probe_auroc(
     C: float = 1.0,
     max_iter: int = 2000,
     random_state: int | None = 0,
-) -> pd.Series:
+) -> ProbeAUROC:
     """Test AUROC of a linear probe per finding on a patient-grouped split.
 
     A standardised, L2-regularised logistic regression per finding is
@@ -75,8 +128,8 @@ def linear_probe_auroc(
     Rows with an empty label for a finding are left out for that finding.
 
     A finding with one class in the training or test part is not fitted: its
-    AUROC is NaN and the reason is recorded in ``result.attrs["reasons"]``
-    (and logged). If every finding is degenerate, InputError.
+    AUROC is NaN and the reason is recorded in ``result.reasons`` (and
+    logged). If every finding is degenerate, InputError.
 
     Parameters
     ----------
@@ -93,7 +146,10 @@ def linear_probe_auroc(
 
     Returns
     -------
-    Series of test AUROC, indexed by finding (name "auroc")
+    ProbeAUROC
+        ``auroc``: Series of test AUROC, indexed by finding (name
+        ``"auroc"``); ``reasons`` for the findings not fitted; ``n_train``
+        and ``n_test``, the sizes of the two parts.
 
     Examples
     --------
@@ -101,8 +157,9 @@ def linear_probe_auroc(
     >>> rng = np.random.default_rng(0)
     >>> X = rng.normal(size=(200, 5))
     >>> y = pd.DataFrame({"effusion": (X[:, 0] > 0).astype(int)})
-    >>> float(linear_probe_auroc(X, y, groups=np.arange(200))["effusion"]) > 0.9
-    True
+    >>> res = linear_probe_auroc(X, y, groups=np.arange(200))
+    >>> float(res.auroc["effusion"]) > 0.9, res.reasons, res.n_train, res.n_test
+    (True, {}, 140, 60)
     """
     from sklearn.model_selection import GroupShuffleSplit
 
@@ -137,12 +194,9 @@ def linear_probe_auroc(
         raise InputError(
             "no finding could be evaluated: " + "; ".join(f"{c}: {r}" for c, r in reasons.items())
         )
-    res = pd.Series(out, name="auroc", dtype=float)
-    res.index.name = "finding"
-    res.attrs["reasons"] = reasons
-    res.attrs["n_train"] = int(train.size)
-    res.attrs["n_test"] = int(test.size)
-    return res
+    auroc = pd.Series(out, name="auroc", dtype=float)
+    auroc.index.name = "finding"
+    return ProbeAUROC(auroc=auroc, reasons=reasons, n_train=int(train.size), n_test=int(test.size))
 
 
 def degenerate_reason(y: np.ndarray, part: str) -> str | None:

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from crslib._compat import one_blas_thread
-from crslib._io import json_ready
+from crslib._io import JsonResult, json_ready
 from crslib._validation import as_feature_matrix, as_row_values, check_count, is_missing
 from crslib.errors import InputError
 from crslib.probes import (
@@ -45,6 +45,7 @@ __all__ = [
     "DEFAULT_EXCLUDE",
     "MISSING_SENTINEL",
     "MULTI_VALUED",
+    "PropertyMatrix",
     "ShortcutAuditResult",
     "property_matrix",
     "shortcut_audit",
@@ -139,13 +140,60 @@ class ShortcutAuditResult:
 # --------------------------------------------------------------------------- design matrix
 
 
+@dataclass(frozen=True, eq=False)
+class PropertyMatrix(JsonResult):
+    """Numeric design matrix of file properties (:func:`property_matrix`).
+
+    :func:`shortcut_audit` and :func:`crslib.audit.partition_audit` take it
+    as it is; :func:`shortcut_audit` then permutes the columns of one
+    property together (a plain DataFrame has no groups: each column is its
+    own feature).
+
+    Attributes
+    ----------
+    features : DataFrame of float
+        One row per image (same index as the properties), one column per
+        encoded feature (``format=PNG``, ``jpeg_quality``,
+        ``jpeg_quality_missing``, ``png_chunks:tEXt``, ...).
+    feature_groups : dict of str -> str
+        Each column of :attr:`features` -> the property it came from.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> pm = property_matrix(pd.DataFrame({"format": ["PNG", "JPEG"], "width": [64, 64]}))
+    >>> pm.to_dict()
+    {'features': ['format=JPEG', 'format=PNG'], 'feature_groups': {'format=JPEG': 'format', 'format=PNG': 'format'}, 'n_rows': 2}
+    """
+
+    features: pd.DataFrame
+    feature_groups: dict[str, str] = field(default_factory=dict)
+
+    def to_frame(self) -> pd.DataFrame:
+        """A copy of :attr:`features` (changing it leaves this result as it is)."""
+        return self.features.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: the feature names (column order), their property groups and the row count."""
+        return json_ready({
+            "features": [str(c) for c in self.features.columns],
+            "feature_groups": dict(self.feature_groups),
+            "n_rows": len(self.features),
+        })
+
+
+def _design(X: Any) -> Any:
+    """The feature matrix of a :class:`PropertyMatrix`; anything else as given."""
+    return X.features if isinstance(X, PropertyMatrix) else X
+
+
 def property_matrix(
     properties: pd.DataFrame,
     *,
     exclude: Sequence[str] = DEFAULT_EXCLUDE,
     multi_valued: Sequence[str] = MULTI_VALUED,
     max_categories: int = 50,
-) -> pd.DataFrame:
+) -> PropertyMatrix:
     """Numeric design matrix from file properties.
 
     Column by column, in the order of ``properties``:
@@ -177,10 +225,11 @@ def property_matrix(
 
     Returns
     -------
-    DataFrame of float
-        Same index as ``properties``. ``attrs["feature_groups"]`` maps each
-        output column to the property it came from (used to permute a
-        property's columns together in :func:`shortcut_audit`).
+    PropertyMatrix
+        ``features``: DataFrame of float with the same index as
+        ``properties``; ``feature_groups`` maps each of its columns to the
+        property it came from (used to permute a property's columns together
+        in :func:`shortcut_audit`).
 
     Raises
     ------
@@ -192,11 +241,11 @@ def property_matrix(
     >>> import numpy as np, pandas as pd
     >>> props = pd.DataFrame({"image_id": ["a", "b", "c"], "format": ["PNG", "JPEG", "PNG"],
     ...                       "jpeg_quality": [np.nan, 90.0, np.nan], "has_exif": [False, True, False]})
-    >>> X = property_matrix(props)
-    >>> list(X.columns)
+    >>> pm = property_matrix(props)
+    >>> list(pm.features.columns)
     ['format=JPEG', 'format=PNG', 'jpeg_quality', 'jpeg_quality_missing', 'has_exif']
-    >>> X["jpeg_quality"].tolist()
-    [-1.0, 90.0, -1.0]
+    >>> pm.features["jpeg_quality"].tolist(), pm.feature_groups["jpeg_quality_missing"]
+    ([-1.0, 90.0, -1.0], 'jpeg_quality')
     """
     if not isinstance(properties, pd.DataFrame):
         raise InputError(f"properties must be a DataFrame (see crslib.data.file_properties), got {type(properties).__name__}")
@@ -250,9 +299,7 @@ def property_matrix(
             "no file property varies across these images, so there is nothing to classify with; "
             "pass the output of crslib.data.file_properties for the whole data set"
         )
-    frame = frame[varying]
-    frame.attrs["feature_groups"] = {c: groups[c] for c in varying}
-    return frame
+    return PropertyMatrix(features=frame[varying], feature_groups={c: groups[c] for c in varying})
 
 
 # --------------------------------------------------------------------------- shortcut audit
@@ -272,10 +319,16 @@ def _balanced_accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
 
 
 def _feature_groups(X: Any, n_columns: int) -> dict[str, list[int]]:
-    """Property name -> column indices (columns of one property are permuted together)."""
+    """Property name -> column indices (columns of one property are permuted together).
+
+    A :class:`PropertyMatrix` brings its groups; a DataFrame's columns are
+    features of their own; an array's columns are ``x0``, ``x1``, ...
+    """
+    mapping: dict[str, str] = {}
+    if isinstance(X, PropertyMatrix):
+        X, mapping = X.features, X.feature_groups
     if isinstance(X, pd.DataFrame):
         names = [str(c) for c in X.columns]
-        mapping = X.attrs.get("feature_groups") or {}
         out: dict[str, list[int]] = {}
         for j, name in enumerate(names):
             out.setdefault(str(mapping.get(name, name)), []).append(j)
@@ -361,8 +414,8 @@ def shortcut_audit(
 
     Permutation importances are computed **within the pool, out of fold**:
     for each fold, the columns of one property (all one-hot columns of
-    ``format``, say; see ``attrs["feature_groups"]`` of
-    :func:`property_matrix`) are permuted among that fold's held-out rows and
+    ``format``, say; see ``feature_groups`` of the :class:`PropertyMatrix`
+    from :func:`property_matrix`) are permuted among that fold's held-out rows and
     predicted by that fold's model; the importance is the drop of the pool's
     out-of-fold balanced accuracy, averaged over ``n_repeats`` permutations
     (std across them). They say what the pool classifier relies on, on rows
@@ -375,9 +428,11 @@ def shortcut_audit(
 
     Parameters
     ----------
-    properties_X : DataFrame or array-like of shape (n_rows, n_features)
-        File-property design matrix (:func:`property_matrix`); a DataFrame
-        keeps feature names.
+    properties_X : PropertyMatrix, DataFrame or array-like of shape (n_rows, n_features)
+        File-property design matrix (:func:`property_matrix`), whose
+        ``feature_groups`` make a property's columns one feature for the
+        importances; a DataFrame keeps feature names (one feature per
+        column); an array's columns are named ``x0``, ``x1``, ...
     labels : array-like of shape (n_rows,)
         Class per row (two or more classes; no NaN).
     split : array-like of shape (n_rows,)
@@ -422,7 +477,7 @@ def shortcut_audit(
     >>> res.pool_balanced_accuracy > 0.95, abs(res.test_balanced_accuracy - 0.5) < 0.15
     (True, True)
     """
-    Xa = as_feature_matrix(properties_X, "properties_X")
+    Xa = as_feature_matrix(_design(properties_X), "properties_X")
     n = Xa.shape[0]
     label_arr = as_row_values(labels, n, "labels", "the class of each row")
     split_arr = as_row_values(split, n, "split", "the split name of each row")

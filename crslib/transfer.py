@@ -21,6 +21,7 @@ import pandas as pd
 
 from crslib import stats
 from crslib._compat import one_blas_thread
+from crslib._io import JsonResult, json_ready
 from crslib._validation import as_embeddings, check_count
 from crslib.errors import InputError
 from crslib.probes import check_labels, degenerate_reason, logistic_probe
@@ -30,6 +31,8 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "LinearMap",
+    "ClassifierTransfer",
+    "TransferSweep",
     "fit_linear_map",
     "held_out_r2",
     "classifier_transfer",
@@ -324,6 +327,94 @@ _COLUMNS = [
 ]
 
 
+@dataclass(frozen=True, eq=False)
+class ClassifierTransfer(JsonResult):
+    """Per-finding AUROC retention of classifiers carried to a new encoder (:func:`classifier_transfer`).
+
+    Attributes
+    ----------
+    table : DataFrame
+        One row per finding, with columns finding, n_train, n_test,
+        n_test_positive, auroc_original(+_low/_high),
+        auroc_transferred(+_low/_high), retention(+_low/_high), map_r2,
+        reason (see :func:`classifier_transfer`).
+    method : str
+        The map's method ("ridge", "lstsq" or "procrustes").
+    alpha : float or None
+        Ridge penalty chosen by cross-validation (None for the other methods).
+    n_map : int
+        Images the map was fitted on.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> rng = np.random.default_rng(0)
+    >>> old = rng.normal(size=(300, 4)); y = pd.DataFrame({"edema": (old[:, 0] > 0).astype(int)})
+    >>> res = classifier_transfer(old, 2 * old, y, map_idx=np.arange(100), train_idx=np.arange(100, 200),
+    ...                           test_idx=np.arange(200, 300), method="lstsq", n_resamples=20)
+    >>> d = res.to_dict()
+    >>> d["method"], d["alpha"], d["n_map"], d["table"][0]["finding"]
+    ('lstsq', None, 100, 'edema')
+    """
+
+    table: pd.DataFrame
+    method: str
+    alpha: float | None
+    n_map: int
+
+    def to_frame(self) -> pd.DataFrame:
+        """A copy of :attr:`table` (changing it leaves this result as it is)."""
+        return self.table.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: method, alpha, n_map and ``table`` (a list of row records; NaN as None)."""
+        return json_ready({"method": self.method, "alpha": self.alpha, "n_map": self.n_map, "table": self.table})
+
+
+@dataclass(frozen=True, eq=False)
+class TransferSweep(JsonResult):
+    """AUROC retention against the number of map images (:func:`transfer_sweep`).
+
+    Attributes
+    ----------
+    table : DataFrame
+        One row per (n_map, finding): columns n_map, alpha (the ridge
+        penalty of that map; None for other methods) and the columns of
+        :attr:`ClassifierTransfer.table`.
+    dropped_n : list of int
+        Requested map sizes larger than the map pool (replaced by the pool
+        size); empty when none was.
+    n_pool : int
+        Images in the map pool.
+    n_train, n_test : int
+        Images in the probe training and probe test parts.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> rng = np.random.default_rng(0)
+    >>> old = rng.normal(size=(200, 4)); y = pd.DataFrame({"edema": (old[:, 0] > 0).astype(int)})
+    >>> res = transfer_sweep(old, 2 * old, y, groups=np.arange(200), n_values=(8, 1000), n_resamples=10)
+    >>> res.dropped_n, res.n_pool, res.n_train + res.n_test, res.to_frame()["n_map"].tolist()
+    ([1000], 100, 100, [8, 100])
+    """
+
+    table: pd.DataFrame
+    dropped_n: list[int] = field(default_factory=list)
+    n_pool: int = 0
+    n_train: int = 0
+    n_test: int = 0
+
+    def to_frame(self) -> pd.DataFrame:
+        """A copy of :attr:`table` (changing it leaves this result as it is)."""
+        return self.table.copy()
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict: dropped_n, n_pool, n_train, n_test and ``table`` (a list of row records)."""
+        return json_ready({"dropped_n": self.dropped_n, "n_pool": self.n_pool, "n_train": self.n_train,
+                           "n_test": self.n_test, "table": self.table})
+
+
 def _evaluate(
     probes: dict,
     reasons: dict,
@@ -387,7 +478,7 @@ def classifier_transfer(
     n_resamples: int = 1000,
     confidence: float = 0.95,
     random_state: int | None = 0,
-) -> pd.DataFrame:
+) -> ClassifierTransfer:
     """Carry per-finding classifiers from an old encoder to a new one.
 
     1. Per finding, a logistic regression (standardised, L2) is trained on
@@ -422,12 +513,15 @@ def classifier_transfer(
 
     Returns
     -------
-    DataFrame, one row per finding, with columns finding, n_train, n_test,
-    n_test_positive, auroc_original(+_low/_high), auroc_transferred(+_low/
-    _high), retention(+_low/_high), map_r2 (held-out R^2 of the map on the
-    test images), reason (why a finding was skipped; empty otherwise).
-    A finding with a single class in the training or test images gets NaN
-    values and a reason instead of an error.
+    ClassifierTransfer
+        ``table``: one row per finding, with columns finding, n_train,
+        n_test, n_test_positive, auroc_original(+_low/_high),
+        auroc_transferred(+_low/_high), retention(+_low/_high), map_r2
+        (held-out R^2 of the map on the test images), reason (why a finding
+        was skipped; empty otherwise). A finding with a single class in the
+        training or test images gets NaN values and a reason instead of an
+        error. ``method``, ``alpha`` (the ridge penalty chosen; None for
+        other methods) and ``n_map`` describe the map.
 
     Examples
     --------
@@ -437,8 +531,8 @@ def classifier_transfer(
     >>> y = pd.DataFrame({"nodule": (old[:, 0] + rng.normal(0, .5, 600) > 0).astype(int)})
     >>> t = classifier_transfer(old, new, y, map_idx=np.arange(200), train_idx=np.arange(200, 400),
     ...                         test_idx=np.arange(400, 600), n_resamples=50)
-    >>> float(t.retention.iloc[0]) > 0.97
-    True
+    >>> float(t.table.retention.iloc[0]) > 0.97, t.method, t.n_map
+    (True, 'ridge', 200)
     """
     A, B = _pair(X_old, X_new, "X_old", "X_new")
     n = A.shape[0]
@@ -475,8 +569,7 @@ def classifier_transfer(
     )
     if out["reason"].ne("").all():
         log.warning("classifier_transfer: no finding could be evaluated")
-    out.attrs.update({"method": method, "alpha": lin.alpha_, "n_map": int(mp.size)})
-    return out
+    return ClassifierTransfer(table=out, method=method, alpha=lin.alpha_, n_map=int(mp.size))
 
 
 def transfer_sweep(
@@ -493,7 +586,7 @@ def transfer_sweep(
     n_resamples: int = 200,
     confidence: float = 0.95,
     random_state: int | None = 0,
-) -> pd.DataFrame:
+) -> TransferSweep:
     """AUROC retention as a function of the number of unlabelled map images.
 
     Patients are split (by ``fractions`` of images) into a map pool, a probe
@@ -503,8 +596,8 @@ def transfer_sweep(
     subsets, so the curve is smooth), then evaluated as in
     :func:`classifier_transfer`.
 
-    Values of n larger than the pool are dropped (listed in
-    ``attrs["dropped_n"]``) and replaced by the pool size itself.
+    Values of n larger than the pool are dropped (listed in ``dropped_n``
+    of the result) and replaced by the pool size itself.
 
     Parameters
     ----------
@@ -519,9 +612,11 @@ def transfer_sweep(
 
     Returns
     -------
-    DataFrame with column n_map plus the columns of
-    :func:`classifier_transfer`, one row per (n_map, finding). Mean
-    retention per n: ``df.groupby("n_map").retention.mean()``.
+    TransferSweep
+        ``table``: columns n_map and alpha plus the columns of the table of
+        :func:`classifier_transfer`, one row per (n_map, finding) (mean
+        retention per n: ``res.table.groupby("n_map").retention.mean()``);
+        ``dropped_n``, ``n_pool``, ``n_train``, ``n_test``.
 
     Examples
     --------
@@ -530,8 +625,8 @@ def transfer_sweep(
     >>> old = rng.normal(size=(800, 8)); new = old @ rng.normal(size=(8, 8))
     >>> y = pd.DataFrame({"edema": (old[:, 1] > 0).astype(int)})
     >>> t = transfer_sweep(old, new, y, groups=np.arange(800) // 2, n_values=(16, 64), n_resamples=20)
-    >>> t.n_map.tolist()
-    [16, 64]
+    >>> t.table.n_map.tolist(), t.dropped_n
+    ([16, 64], [])
     """
     A, B = _pair(X_old, X_new, "X_old", "X_new")
     n = A.shape[0]
@@ -578,8 +673,7 @@ def transfer_sweep(
         t.insert(0, "n_map", nv)
         t.insert(1, "alpha", lin.alpha_)
         tables.append(t)
-    out = pd.concat(tables, ignore_index=True)
-    out.attrs.update(
-        {"dropped_n": dropped, "n_pool": int(pool.size), "n_train": int(train.size), "n_test": int(test.size)}
+    return TransferSweep(
+        table=pd.concat(tables, ignore_index=True), dropped_n=dropped, n_pool=int(pool.size),
+        n_train=int(train.size), n_test=int(test.size),
     )
-    return out

@@ -81,8 +81,9 @@ cards[["name", "objective", "architecture", "seed", "epochs", "final_loss"]]
 # count as agreement.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mutual k-NN overlap between every pair of models in this run; chance is k/(N-1).", "name": "fig-02-4"}, "image": {"alt": "Heatmap of the pairwise mutual nearest-neighbour overlap between models"}}
-matrix, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups, return_per_image=True,
-                                               scheduler=scheduler)
+agreement_result, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups,
+                                                         return_per_image=True, scheduler=scheduler)
+matrix = agreement_result.overlap
 matrix.to_csv(results / "agreement_matrix.csv")
 chance = agreement.chance_overlap(len(manifest), k)
 fig, ax = plt.subplots(figsize=(0.45 * len(matrix) + 3, 0.45 * len(matrix) + 2))
@@ -91,11 +92,10 @@ ax.set_title(f"Mutual {k}-NN overlap (chance {chance:.3f})")
 plt.show()
 
 # %% tags=["hide-input"]
-search = matrix.attrs.get("search", {})
-approximate = {name: info for name, info in search.items() if info["index"] != "exact"}
+approximate = {name: info for name, info in agreement_result.search.items() if info["index"] != "exact"}
 if approximate:
     worst = min(info["recall"] for info in approximate.values())
-    bound = max(matrix.attrs.get("overlap_error_bound", {}).values())
+    bound = agreement_result.max_error_bound
     display(Markdown(f"Neighbours of {len(approximate)} model(s) come from an approximate index; the lowest "
                      f"recall@{k} against exact search is {worst:.3f}, so an overlap above may be off by at most "
                      f"{bound:.3f}."))
@@ -220,12 +220,12 @@ shares.round(4)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of each pair of models against the difference of their linear-probe AUROCs.", "name": "fig-02-12"}, "image": {"alt": "Scatter plot of pairwise overlap against the difference in probe accuracy"}}
 probe = pd.DataFrame({
-    name: probes.linear_probe_auroc(X, manifest[finding_columns], groups=groups, random_state=seed)
+    name: probes.linear_probe_auroc(X, manifest[finding_columns], groups=groups, random_state=seed).auroc
     for name, X in embeddings.items()
 }).T
 probe["mean AUROC"] = probe.mean(axis=1)
 probe.to_csv(results / "linear_probe_auroc.csv")
-association = agreement.accuracy_agreement_association(matrix, probe["mean AUROC"], random_state=seed)
+association = agreement.accuracy_agreement_association(agreement_result, probe["mean AUROC"], random_state=seed)
 pd.Series(association, dtype=object).to_frame("value").to_csv(results / "accuracy_association.csv")
 fig, ax = plt.subplots(figsize=(5, 4))
 accuracy_gap = np.abs(probe["mean AUROC"].to_numpy()[:, None] - probe["mean AUROC"].to_numpy()[None, :])
@@ -298,7 +298,7 @@ for a, b in [public_pair, first_pair("supervised_multilabel"), first_pair("contr
     })
 metrics = pd.DataFrame(rows)
 metrics.to_csv(results / "similarity_metrics.csv", index=False)
-sweep = agreement.k_sweep(embeddings[public_pair[0]], embeddings[public_pair[1]])
+sweep = agreement.k_sweep(embeddings[public_pair[0]], embeddings[public_pair[1]]).table
 sweep.to_csv(results / "k_sweep.csv", index=False)
 fig, ax = plt.subplots(figsize=(5, 3.5))
 ax.plot(sweep["k"], sweep["overlap"], marker="o", label="public pair")

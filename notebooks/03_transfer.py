@@ -85,7 +85,7 @@ for spec in candidates:
     table = classifier_transfer(
         embeddings[old_model], embeddings[spec], labels, map_idx=map_idx, train_idx=train_idx,
         test_idx=test_idx, groups=groups, n_resamples=n_resamples, random_state=seed,
-    )
+    ).table
     tables.append(table.assign(new_model=spec))
 transfer = pd.concat(tables, ignore_index=True)
 transfer.to_csv(results / "retention_by_finding.csv", index=False)
@@ -121,7 +121,7 @@ summary.round(3)
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean retention and the map's held-out R² as the number of unlabelled map images grows; the paper's 0.987 at n = 4,096 for reference.", "name": "fig-03-6"}, "image": {"alt": "Line plot of retention and R² against the number of map images"}}
 sweep = transfer_sweep(embeddings[old_model], embeddings[candidates[0]], labels, groups=groups,
-                       n_resamples=min(n_resamples, 200), random_state=seed)
+                       n_resamples=min(n_resamples, 200), random_state=seed).table
 sweep.to_csv(results / "retention_by_n.csv", index=False)
 by_n = sweep.groupby("n_map", as_index=False)[["retention", "map_r2"]].mean()
 fig, ax = plt.subplots(figsize=(5.5, 3.6))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 
 import numpy as np
@@ -221,9 +222,13 @@ def test_agreement_matrix_matches_pairs_and_searches_once_per_model(monkeypatch)
         return real(X, **kw)
 
     monkeypatch.setattr(ann, "knn_indices", counting)
-    A, per = ag.agreement_matrix(emb, k=10, return_per_image=True)
+    res, per = ag.agreement_matrix(emb, k=10, return_per_image=True)
     assert len(calls) == 4
     monkeypatch.setattr(ann, "knn_indices", real)
+    assert isinstance(res, ag.AgreementMatrix)
+    assert (res.k, res.n_images, res.models, res.overlap_error_bound) == (10, 400, list(emb), {})
+    assert res.max_error_bound == 0.0
+    A = res.overlap
     names = list(emb)
     assert list(A.index) == names and list(A.columns) == names
     assert np.allclose(np.diag(A), 1.0) and np.allclose(A, A.T)
@@ -249,8 +254,9 @@ def test_overlap_from_indices_and_jaccard():
 def test_k_sweep_and_chance():
     rng = _rng(14)
     X = rng.normal(size=(60, 5))
-    t = ag.k_sweep(X, X + 0.5 * rng.normal(size=(60, 5)), ks=(1, 5, 10, 100))
-    assert t["k"].tolist() == [1, 5, 10] and t.attrs["dropped_k"] == [100]
+    res = ag.k_sweep(X, X + 0.5 * rng.normal(size=(60, 5)), ks=(1, 5, 10, 100))
+    t = res.table
+    assert t["k"].tolist() == [1, 5, 10] and res.dropped_k == [100]
     np.testing.assert_allclose(t["chance"], np.array([1, 5, 10]) / 59)
     assert (t["overlap"] > t["chance"]).all()
     assert ag.chance_overlap(11, 10) == 1.0
@@ -393,9 +399,13 @@ def test_linear_probe_auroc_handles_degenerate_findings():
             "noise": rng.integers(0, 2, n),
         }
     )
-    auc = probes.linear_probe_auroc(X, labels, groups=patients, random_state=0)
+    res = probes.linear_probe_auroc(X, labels, groups=patients, random_state=0)
+    auc = res.auroc
+    assert auc.name == "auroc" and auc.index.name == "finding" and list(auc.index) == list(labels.columns)
     assert auc["effusion"] > 0.9
-    assert np.isnan(auc["never"]) and "single class" in auc.attrs["reasons"]["never"]
+    assert np.isnan(auc["never"]) and "single class" in res.reasons["never"]
+    assert set(res.reasons) == {"never"}
+    assert res.n_train + res.n_test == n and res.n_test > 0
     assert 0.35 < auc["noise"] < 0.65
     with pytest.raises(InputError, match="no finding could be evaluated"):
         probes.linear_probe_auroc(X, labels[["never"]], groups=patients)
@@ -450,6 +460,105 @@ def test_convergence_table():
     assert t.loc[("small", "supervised"), "within_max"] == sup["overlap"].max()
     with pytest.raises(InputError, match="no row for model"):
         ag.convergence_pairs(A, info.iloc[1:])
+
+
+# --------------------------------------------------------------------------- result objects
+
+
+def _zoo_result():
+    rng = _rng(41)
+    Z = rng.normal(size=(150, 6))
+    emb = {
+        "sup0": Z @ rng.normal(size=(6, 12)) + 0.5 * rng.normal(size=(150, 12)),
+        "sup1": Z @ rng.normal(size=(6, 10)) + 0.5 * rng.normal(size=(150, 10)),
+        "dino0": Z @ rng.normal(size=(6, 8)) + 2.0 * rng.normal(size=(150, 8)),
+        "dino1": Z @ rng.normal(size=(6, 8)) + 2.0 * rng.normal(size=(150, 8)),
+        "random": rng.normal(size=(150, 9)),
+    }
+    return emb, ag.agreement_matrix(emb, k=5)
+
+
+def test_agreement_matrix_result_copies_and_serialises():
+    emb, res = _zoo_result()
+    assert res.models == list(emb) and res.k == 5 and res.n_images == 150
+    assert set(res.search) == set(emb) and all(s["index"] == "exact" for s in res.search.values())
+    assert res.overlap_error_bound == {} and res.max_error_bound == 0.0
+    frame = res.to_frame()
+    pd.testing.assert_frame_equal(frame, res.overlap)
+    before = res.overlap.copy()
+    frame.iloc[0, 1] = -1.0
+    frame["extra"] = 0.0
+    pd.testing.assert_frame_equal(res.overlap, before)
+    text = res.to_json()
+    d = json.loads(text)
+    assert text.endswith("}\n") and d == res.to_dict()
+    assert d["models"] == list(emb) and d["k"] == 5 and d["n_images"] == 150
+    np.testing.assert_array_equal(np.array(d["overlap"]), res.overlap.to_numpy())
+    assert d["overlap_error_bound"] == {}
+    assert d["search"]["sup0"]["index"] == "exact" and set(d["search"]) == set(emb)
+    with pytest.raises(AttributeError):
+        res.k = 10  # frozen
+    # a bound makes max_error_bound its largest value
+    bounded = ag.AgreementMatrix(res.overlap, k=5, n_images=150, overlap_error_bound={"sup0|sup1": 0.1, "a|b": 0.3})
+    assert bounded.max_error_bound == 0.3 and bounded.to_dict()["overlap_error_bound"]["a|b"] == 0.3
+
+
+def test_functions_taking_an_agreement_matrix_accept_the_result_or_its_frame():
+    _, res = _zoo_result()
+    acc = pd.Series({"sup0": 0.80, "sup1": 0.82, "dino0": 0.70, "dino1": 0.72, "random": 0.55})
+    by_result = ag.accuracy_agreement_association(res, acc, n_permutations=99)
+    assert by_result == ag.accuracy_agreement_association(res.overlap, acc, n_permutations=99)
+    assert by_result["n_models"] == 5
+    info = pd.DataFrame({"name": ["sup0", "sup1", "dino0", "dino1", "random"],
+                         "objective": ["sup", "sup", "dino", "dino", "random"], "seed": [0, 1, 0, 1, 0],
+                         "architecture": "small"})
+    pairs = ag.convergence_pairs(res, info)
+    pd.testing.assert_frame_equal(pairs, ag.convergence_pairs(res.overlap, info))
+    assert len(pairs) == 10
+    table = ag.convergence_table(res, info)
+    pd.testing.assert_frame_equal(table, ag.convergence_table(res.overlap, info))
+    assert table.set_index("objective").loc["dino", "within_mean"] == pytest.approx(res.overlap.loc["dino0", "dino1"])
+    with pytest.raises(InputError, match="AgreementMatrix"):
+        ag.accuracy_agreement_association(res.overlap.to_numpy(), acc)
+    with pytest.raises(InputError, match="AgreementMatrix"):
+        ag.convergence_table({"not": "a matrix"}, info)
+
+
+def test_k_sweep_result_copies_and_serialises():
+    X = _rng(42).normal(size=(40, 4))
+    res = ag.k_sweep(X, X + 0.3 * _rng(43).normal(size=(40, 4)), ks=(2, 5, 39, 50))
+    assert isinstance(res, ag.KSweep) and res.dropped_k == [50]
+    assert list(res.table.columns) == ["k", "overlap", "chance", "overlap_over_chance"]
+    frame = res.to_frame()
+    pd.testing.assert_frame_equal(frame, res.table)
+    frame.loc[0, "overlap"] = -1.0
+    assert res.table.loc[0, "overlap"] != -1.0
+    d = json.loads(res.to_json())
+    assert d["dropped_k"] == [50]
+    assert [row["k"] for row in d["table"]] == [2, 5, 39]
+    assert [row["overlap"] for row in d["table"]] == res.table["overlap"].tolist()
+    assert ag.k_sweep(X, X, ks=(1, 2)).dropped_k == []
+
+
+def test_probe_auroc_result_copies_and_serialises():
+    rng = _rng(44)
+    X = rng.normal(size=(300, 6))
+    labels = pd.DataFrame({"effusion": (X[:, 0] > 0).astype(int), "never": np.zeros(300, int)})
+    res = probes.linear_probe_auroc(X, labels, groups=np.arange(300) // 3, random_state=0)
+    assert isinstance(res, probes.ProbeAUROC)
+    frame = res.to_frame()
+    assert frame.columns.tolist() == ["finding", "auroc", "reason", "n_train", "n_test"]
+    assert frame["finding"].tolist() == ["effusion", "never"]
+    assert frame["auroc"].iloc[0] == res.auroc["effusion"] and np.isnan(frame["auroc"].iloc[1])
+    assert frame["reason"].tolist() == ["", res.reasons["never"]]
+    assert (frame["n_train"] == res.n_train).all() and (frame["n_test"] == res.n_test).all()
+    before = res.auroc.copy()
+    frame.loc[0, "auroc"] = -1.0
+    pd.testing.assert_series_equal(res.auroc, before)
+    d = json.loads(res.to_json())
+    assert d["auroc"] == {"effusion": res.auroc["effusion"], "never": None}
+    assert d["reasons"] == {"never": res.reasons["never"]}
+    assert (d["n_train"], d["n_test"]) == (res.n_train, res.n_test) and res.n_train + res.n_test == 300
 
 
 # --------------------------------------------------------------------------- known answers that kill mutants

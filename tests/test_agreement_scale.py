@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -345,7 +347,7 @@ def test_nprobe_reaches_the_search_and_trades_recall():
     assert few["params"]["nprobe"] == 1 and many["params"]["nprobe"] == 64
     assert few["recall"] < many["recall"]
     A = ag.agreement_matrix({"a": X, "b": X[:, ::-1].copy()}, k=10, index="ivf", nprobe=2, recall_sample=500)
-    assert {s["params"]["nprobe"] for s in A.attrs["search"].values()} == {2}
+    assert {s["params"]["nprobe"] for s in A.search.values()} == {2}
     _, exact = ann.knn_search(X, k=10, nprobe=2)  # below the threshold: exact, nprobe unused
     assert exact["index"] == "exact" and exact["params"] is None
     for bad in (0, -1, 2.5, True):
@@ -368,25 +370,30 @@ def test_agreement_matrix_approximate_reports_search_and_bound():
     exact = ag.agreement_matrix(emb, k=10)
     # the exact default is what it was: pairwise exact overlaps
     for a, b in [("a", "b"), ("a", "c"), ("b", "c")]:
-        assert exact.loc[a, b] == ag.mutual_knn_overlap(emb[a], emb[b], k=10)
-    assert set(exact.attrs["search"]) == {"a", "b", "c"}
-    assert all(s["index"] == "exact" for s in exact.attrs["search"].values())
-    assert "overlap_error_bound" not in exact.attrs
-    assert ag.agreement_matrix(emb, k=10, index="exact").equals(exact)
+        assert exact.overlap.loc[a, b] == ag.mutual_knn_overlap(emb[a], emb[b], k=10)
+    assert set(exact.search) == {"a", "b", "c"}
+    assert all(s["index"] == "exact" for s in exact.search.values())
+    assert exact.overlap_error_bound == {} and exact.max_error_bound == 0.0
+    assert (exact.k, exact.n_images) == (10, 3000)
+    assert ag.agreement_matrix(emb, k=10, index="exact").overlap.equals(exact.overlap)
 
     A = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=1000)
-    search = A.attrs["search"]
+    search = A.search
     assert all(s["index"] == "ivf" and 0 <= s["recall_ci"][0] <= s["recall"] <= 1 for s in search.values())
-    bounds = A.attrs["overlap_error_bound"]
+    bounds = A.overlap_error_bound
     assert set(bounds) == {"a|b", "a|c", "b|c"}
     for pair, bound in bounds.items():
         a, b = pair.split("|")
         assert bound == pytest.approx((1 - search[a]["recall_ci"][0]) + (1 - search[b]["recall_ci"][0]))
-        assert abs(A.loc[a, b] - exact.loc[a, b]) <= bound
+        assert abs(A.overlap.loc[a, b] - exact.overlap.loc[a, b]) <= bound
+    assert A.max_error_bound == max(bounds.values())
+    d = json.loads(A.to_json())
+    assert d["overlap_error_bound"] == pytest.approx(bounds) and d["search"]["a"]["index"] == "ivf"
+    assert d["search"]["a"]["recall"] == search["a"]["recall"]
 
     # "auto" above a (low) threshold goes approximate too
     auto = ag.agreement_matrix(emb, k=10, threshold=1000, recall_sample=1000)
-    assert auto.equals(A) and auto.attrs["overlap_error_bound"] == bounds
+    assert auto.overlap.equals(A.overlap) and auto.overlap_error_bound == bounds
     with pytest.raises(InputError, match="index must be one of"):
         ag.agreement_matrix(emb, index="flat")
 
@@ -414,9 +421,9 @@ def test_agreement_matrix_on_dask_equals_in_process(client):
     groups = _rng(13).integers(0, 500, 2000)
     A, per = ag.agreement_matrix(emb, k=10, exclude_groups=groups, return_per_image=True)
     B, per_b = ag.agreement_matrix(emb, k=10, exclude_groups=groups, return_per_image=True, scheduler=client)
-    assert A.equals(B) and per.equals(per_b)
+    assert A.overlap.equals(B.overlap) and per.equals(per_b)
     A = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=500)
     B = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=500, scheduler=client)
-    assert A.equals(B) and A.attrs["overlap_error_bound"] == B.attrs["overlap_error_bound"]
+    assert A.overlap.equals(B.overlap) and A.overlap_error_bound == B.overlap_error_bound
     with pytest.raises(InputError, match="model 'c'"):
         ag.agreement_matrix({**emb, "c": np.zeros((2000, 3))}, k=10, scheduler=client)

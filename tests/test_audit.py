@@ -283,7 +283,9 @@ def test_property_matrix_encodes_and_is_deterministic():
         "readable": [True, True, False, True],
         "constant": [1, 1, 1, 1],
     })
-    X = S.property_matrix(props)
+    pm = S.property_matrix(props)
+    assert isinstance(pm, S.PropertyMatrix)
+    X = pm.features
     assert list(X.columns) == [
         "file_size", "file_size_missing", "format=JPEG", "format=PNG", "format_missing",
         "png_chunks:pHYs", "png_chunks:tEXt", "png_chunks_missing", "jpeg_progressive",
@@ -295,17 +297,49 @@ def test_property_matrix_encodes_and_is_deterministic():
     assert X["jpeg_progressive"].tolist() == [-1.0, 1.0, -1.0, -1.0]
     assert X["readable"].tolist() == [1.0, 1.0, 0.0, 1.0]
     assert "constant" not in X and "image_id" not in X
-    assert X.attrs["feature_groups"]["format=PNG"] == "format"
+    assert pm.feature_groups["format=PNG"] == "format"
+    assert list(pm.feature_groups) == list(X.columns)
+    assert pm.feature_groups["file_size_missing"] == "file_size" and pm.feature_groups["png_chunks:tEXt"] == "png_chunks"
     shuffled = S.property_matrix(props.iloc[::-1])
-    assert list(shuffled.columns) == list(X.columns)
+    assert list(shuffled.features.columns) == list(X.columns)
     assert X.dtypes.map(lambda d: d.kind == "f").all()
 
 
 def test_property_matrix_from_file_properties_has_no_identifiers(phantoms):
-    X = phantoms["kermany_shortcut"]["X"]
+    X = phantoms["kermany_shortcut"]["X"].features
     assert not any(c.startswith("image_id") for c in X.columns)
     assert np.isfinite(X.to_numpy()).all()
     assert {"jpeg_quality", "file_size", "width"} <= set(X.columns)
+
+
+def test_property_matrix_result_copies_serialises_and_groups_the_audit():
+    rng, patients, split, labels = _synthetic(n_patients=120, seed=3)
+    n = len(split)
+    props = pd.DataFrame({
+        "image_id": [f"i{j}" for j in range(n)],
+        "format": np.where(labels == 1, "PNG", np.where(rng.random(n) < 0.5, "JPEG", "BMP")),
+        "file_size": rng.normal(1000, 50, n),
+    })
+    pm = S.property_matrix(props)
+    assert pm.feature_groups == {"format=BMP": "format", "format=JPEG": "format", "format=PNG": "format",
+                                 "file_size": "file_size"}
+    frame = pm.to_frame()
+    pd.testing.assert_frame_equal(frame, pm.features)
+    frame.iloc[0, 0] = 99.0
+    frame["extra"] = 1.0
+    assert pm.features.iloc[0, 0] != 99.0 and "extra" not in pm.features
+    d = json.loads(pm.to_json())
+    assert d == {"features": list(pm.features.columns), "feature_groups": pm.feature_groups, "n_rows": n}
+    # the result's groups permute a property's columns together; a plain frame has one feature per column
+    options = dict(groups=patients, n_resamples=20, n_repeats=2)
+    grouped = S.shortcut_audit(pm, labels, split, **options)
+    plain = S.shortcut_audit(pm.features, labels, split, **options)
+    assert sorted(grouped.importances["feature"]) == ["file_size", "format"]
+    assert sorted(plain.importances["feature"]) == sorted(pm.features.columns)
+    pd.testing.assert_frame_equal(grouped.table, plain.table)
+    part = A.partition_audit(pm, split, groups=patients, n_resamples=20)
+    pd.testing.assert_frame_equal(part.table, A.partition_audit(pm.features, split, groups=patients,
+                                                                n_resamples=20).table)
 
 
 def test_property_matrix_rejects_constant_input():

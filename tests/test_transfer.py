@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -94,7 +96,10 @@ def test_invertible_map_keeps_auroc():
     rng, old, labels = _data()
     new = old @ rng.normal(size=(24, 24))  # invertible with probability 1
     mp, trn, tst = _split(len(old))
-    t = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=200)
+    res = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=200)
+    assert isinstance(res, tr.ClassifierTransfer)
+    assert res.method == "ridge" and res.n_map == len(mp) and res.alpha > 0
+    t = res.table
     assert list(t.finding) == list(labels.columns)
     assert (t.reason == "").all()
     assert (t.auroc_original > 0.8).all()
@@ -103,14 +108,15 @@ def test_invertible_map_keeps_auroc():
     assert (t.retention_low <= t.retention).all() and (t.retention <= t.retention_high).all()
     assert (t.auroc_transferred_low <= t.auroc_transferred_high).all()
     again = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=200)
-    pd.testing.assert_frame_equal(t, again)
+    pd.testing.assert_frame_equal(t, again.table)
+    assert again.alpha == res.alpha
 
 
 def test_unrelated_embeddings_transfer_at_chance():
     rng, old, labels = _data(seed=1)
     new = rng.normal(size=(len(old), 16))
     mp, trn, tst = _split(len(old))
-    t = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=100)
+    t = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=100).table
     assert (t.auroc_original > 0.8).all()
     assert (abs(t.auroc_transferred - 0.5) < 0.1).all()
     assert (t.map_r2 < 0.05).all()
@@ -138,7 +144,8 @@ def test_single_class_finding_recorded_not_raised():
     labels["absent_in_test"] = 0
     labels.loc[trn[:40], "absent_in_test"] = 1
     labels["never"] = 0
-    t = tr.classifier_transfer(old, old @ np.eye(24) * 2, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=50)
+    t = tr.classifier_transfer(old, old @ np.eye(24) * 2, labels, map_idx=mp, train_idx=trn, test_idx=tst,
+                               n_resamples=50).table
     row = t.set_index("finding")
     assert np.isnan(row.loc["absent_in_test", "retention"])
     assert "single class in the test split" in row.loc["absent_in_test", "reason"]
@@ -150,9 +157,12 @@ def test_transfer_sweep_patient_disjoint_and_capped():
     rng, old, labels = _data(n=1200, d=16, n_findings=2, seed=5)
     new = old @ rng.normal(size=(16, 16)) + 0.05 * rng.normal(size=(1200, 16))
     patients = np.arange(1200) // 3
-    t = tr.transfer_sweep(old, new, labels, groups=patients, n_values=(8, 64, 256, 100000), n_resamples=50)
-    assert t.attrs["dropped_n"] == [100000]
-    pool = t.attrs["n_pool"]
+    res = tr.transfer_sweep(old, new, labels, groups=patients, n_values=(8, 64, 256, 100000), n_resamples=50)
+    assert isinstance(res, tr.TransferSweep)
+    t = res.table
+    assert res.dropped_n == [100000]
+    pool = res.n_pool
+    assert pool + res.n_train + res.n_test == 1200
     assert sorted(t.n_map.unique()) == [8, 64, 256, pool]
     assert 500 <= pool <= 700  # about half of the images
     by_n = t.groupby("n_map").retention.mean()
@@ -162,3 +172,30 @@ def test_transfer_sweep_patient_disjoint_and_capped():
     sets = [set(patients[p]) for p in parts]
     assert not (sets[0] & sets[1] or sets[0] & sets[2] or sets[1] & sets[2])
     assert sum(len(p) for p in parts) == 1200
+
+
+def test_transfer_results_copy_and_serialise():
+    rng, old, labels = _data(n=300, d=8, n_findings=2, seed=7)
+    new = old @ rng.normal(size=(8, 8))
+    mp, trn, tst = _split(300)
+    res = tr.classifier_transfer(old, new, labels, map_idx=mp, train_idx=trn, test_idx=tst, method="lstsq",
+                                 n_resamples=20)
+    frame = res.to_frame()
+    pd.testing.assert_frame_equal(frame, res.table)
+    frame.loc[0, "retention"] = -1.0
+    assert res.table.loc[0, "retention"] != -1.0
+    d = json.loads(res.to_json())
+    assert (d["method"], d["alpha"], d["n_map"]) == ("lstsq", None, len(mp))
+    assert [row["finding"] for row in d["table"]] == list(labels.columns)
+    assert [row["retention"] for row in d["table"]] == res.table["retention"].tolist()
+
+    sweep = tr.transfer_sweep(old, new, labels, groups=np.arange(300) // 2, n_values=(16, 5000), n_resamples=10)
+    frame = sweep.to_frame()
+    pd.testing.assert_frame_equal(frame, sweep.table)
+    frame["n_map"] = 0
+    assert sweep.table["n_map"].tolist()[0] == 16
+    d = json.loads(sweep.to_json())
+    assert d["dropped_n"] == [5000] and (d["n_pool"], d["n_train"], d["n_test"]) == (
+        sweep.n_pool, sweep.n_train, sweep.n_test)
+    assert [row["n_map"] for row in d["table"]] == sweep.table["n_map"].tolist()
+    assert len(d["table"]) == 2 * len(labels.columns)

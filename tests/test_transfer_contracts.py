@@ -179,8 +179,10 @@ def test_classifier_transfer_index_messages():
     mask = np.zeros(300, bool)
     mask[:100] = True
     by_mask = call(map_idx=mask)
-    pd.testing.assert_frame_equal(by_mask, call())
-    assert call().attrs == {"method": "ridge", "alpha": by_mask.attrs["alpha"], "n_map": 100}
+    by_index = call()
+    pd.testing.assert_frame_equal(by_mask.table, by_index.table)
+    assert (by_index.method, by_index.alpha, by_index.n_map) == ("ridge", by_mask.alpha, 100)
+    assert by_mask.alpha is not None and by_mask.n_map == 100
 
 
 # --------------------------------------------------------------------------- transfer sweep
@@ -202,7 +204,7 @@ def test_transfer_sweep_messages_and_limits():
             f"fractions must be three positive shares (map, train, test) summing to 1, got {bad}")
     for bad in (1, True, 2.5):
         assert _message(sweep, n_values=(4, bad)) == f"n_values must hold integers >= 2, got {bad!r}"
-    assert sweep(n_values=(2,))["n_map"].tolist() == [2]
+    assert sweep(n_values=(2,)).table["n_map"].tolist() == [2]
     few = np.array([0, 0, 0, 0, 0, 0, 1, 1, 2, 3] * 4)
     assert _message(sweep, groups=few, fractions=(0.9, 0.05, 0.05)) == (
         "the probe test part has 0 image(s); need more patients (got 4) or different fractions")
@@ -214,17 +216,21 @@ def test_transfer_sweep_messages_and_limits():
 def test_transfer_sweep_split_defaults_and_pool():
     old, new, labels = _transfer_data(n=200)
     groups = np.arange(200) // 2  # 100 patients of 2 images
-    table = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8, 32, 500), n_resamples=20)
+    res = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8, 32, 500), n_resamples=20)
+    table = res.table
     # a patient's images sit in the part where the middle of its share of the shuffled images falls
-    assert table.attrs == {"dropped_n": [500], "n_pool": 100, "n_train": 50, "n_test": 50}
+    assert (res.dropped_n, res.n_pool, res.n_train, res.n_test) == ([500], 100, 50, 50)
     assert table["n_map"].tolist() == [8, 32, 100]
     explicit = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8, 32, 500), n_resamples=20,
                                 fractions=(0.5, 0.25, 0.25), method="ridge", C=1.0, max_iter=2000,
                                 confidence=0.95, random_state=0)
-    pd.testing.assert_frame_equal(table, explicit)
+    pd.testing.assert_frame_equal(table, explicit.table)
+    assert (explicit.dropped_n, explicit.n_pool, explicit.n_train, explicit.n_test) == ([500], 100, 50, 50)
     defaults = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8,))
-    assert defaults.equals(T.transfer_sweep(old, new, labels, groups=groups, n_values=(8,), n_resamples=200))
-    other = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8,), n_resamples=20, random_state=1)
+    assert defaults.table.equals(
+        T.transfer_sweep(old, new, labels, groups=groups, n_values=(8,), n_resamples=200).table)
+    assert defaults.dropped_n == []
+    other = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8,), n_resamples=20, random_state=1).table
     assert not other["auroc_transferred"].equals(table["auroc_transferred"].iloc[:1])
     # the same split in a direct call: patients are shuffled, not taken in order
     rng = np.random.default_rng(0)
@@ -281,7 +287,7 @@ def test_classifier_transfer_equals_the_procedure_written_out(grouped):
     groups = np.arange(n) // 3 if grouped else None
     mp, tr, te = np.arange(0, 90), np.arange(90, 180), np.arange(180, 240)
     out = T.classifier_transfer(old, new, labels, map_idx=mp, train_idx=tr, test_idx=te, groups=groups,
-                                n_resamples=60)
+                                n_resamples=60).table
     reference, r2 = _reference_transfer(old, new, labels, mp, tr, te, groups, 60)
     assert out["finding"].tolist() == ["always", "nodule", "edema"]
     skipped = out.iloc[0]
@@ -305,16 +311,17 @@ def test_classifier_transfer_defaults_and_degenerate_cases(caplog):
     default = T.classifier_transfer(old, new, labels, **sets)
     explicit = T.classifier_transfer(old, new, labels, **sets, method="ridge", C=1.0, max_iter=2000,
                                      n_resamples=1000, confidence=0.95, random_state=0)
-    pd.testing.assert_frame_equal(default, explicit)
-    other = T.classifier_transfer(old, new, labels, **sets, C=0.01, random_state=3, n_resamples=50)
-    assert other.loc[0, "auroc_transferred"] != default.loc[0, "auroc_transferred"]
+    pd.testing.assert_frame_equal(default.table, explicit.table)
+    assert (default.method, default.alpha, default.n_map) == (explicit.method, explicit.alpha, 40)
+    other = T.classifier_transfer(old, new, labels, **sets, C=0.01, random_state=3, n_resamples=50).table
+    assert other.loc[0, "auroc_transferred"] != default.table.loc[0, "auroc_transferred"]
     lstsq = T.classifier_transfer(old, new, labels, **sets, method="lstsq", n_resamples=20)
-    assert lstsq.attrs["method"] == "lstsq" and lstsq.attrs["alpha"] is None
+    assert lstsq.method == "lstsq" and lstsq.alpha is None
     # a single class in the test split is a reason and a warning, not an error
     negatives = np.flatnonzero(labels["nodule"].to_numpy()[80:] == 0)[:2] + 80
     with caplog.at_level("WARNING", logger="crslib.transfer"):
         one = T.classifier_transfer(old, new, labels, map_idx=np.arange(40), train_idx=np.arange(40, 80),
-                                    test_idx=negatives, n_resamples=20)
+                                    test_idx=negatives, n_resamples=20).table
     assert one.loc[0, "reason"] == "single class in the test split (0 positive of 2)"
     assert np.isfinite(one.loc[0, "map_r2"]) and one.loc[0, "n_train"] == 40
     assert "classifier_transfer: finding 'nodule' skipped: single class in the test split" in caplog.text
@@ -324,7 +331,8 @@ def test_classifier_transfer_defaults_and_degenerate_cases(caplog):
 def test_transfer_sweep_rows_equal_classifier_transfer_on_the_same_split():
     old, new, labels = _transfer_data(n=160, seed=8)
     groups = np.arange(160) // 2
-    sweep = T.transfer_sweep(old, new, labels, groups=groups, n_values=(10, 40), n_resamples=30, random_state=4)
+    sweep = T.transfer_sweep(old, new, labels, groups=groups, n_values=(10, 40), n_resamples=30,
+                             random_state=4).table
     assert list(sweep.columns[:3]) == ["n_map", "alpha", "finding"]
     rng = np.random.default_rng(4)
     pool, train, test = grouped_split(groups, np.array([0.5, 0.25, 0.25]), rng)
@@ -333,8 +341,9 @@ def test_transfer_sweep_rows_equal_classifier_transfer_on_the_same_split():
         direct = T.classifier_transfer(old, new, labels, map_idx=pool[:nv], train_idx=train, test_idx=test,
                                        groups=groups, n_resamples=30, random_state=4)
         rows = sweep[sweep["n_map"] == nv].drop(columns=["n_map", "alpha"]).reset_index(drop=True)
-        pd.testing.assert_frame_equal(rows, direct, check_like=False)
-        assert sweep.loc[sweep["n_map"] == nv, "alpha"].iloc[0] == direct.attrs["alpha"]
+        pd.testing.assert_frame_equal(rows, direct.table, check_like=False)
+        assert sweep.loc[sweep["n_map"] == nv, "alpha"].iloc[0] == direct.alpha
+        assert direct.n_map == nv
     assert sweep.index.tolist() == list(range(len(sweep)))
     assert _message(T.classifier_transfer, old, new[:5], labels, map_idx=[0, 1], train_idx=[2, 3],
                     test_idx=[4, 5]) == (
