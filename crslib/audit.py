@@ -33,7 +33,6 @@ self-contained HTML report of its result, and
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
