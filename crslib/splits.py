@@ -225,6 +225,9 @@ def patient_partition(y: np.ndarray, groups: np.ndarray, task: str, fractions: t
             f"{patients.size} patients are too few for patient-grouped train / validation / test partitions "
             f"(fractions {fractions}); at least {max(need, MIN_PATIENTS)} patients are needed"
         )
+    if task == "classification" and not np.isin(y, (0, 1)).all():
+        # any other value would fall in neither stratum and its patients would silently vanish
+        raise InputError(f"classification labels must be 0/1 here, got values {sorted(set(np.unique(y).tolist()))}")
     if task == "classification":
         # stratified by the patient's label (1 when any of their images is positive), so that every
         # partition holds patients of both classes; each stratum is split with grouped_partition
@@ -360,7 +363,7 @@ def grouped_folds(y: np.ndarray, groups: np.ndarray, n_splits: int, random_state
         n_groups = len(set(group_text[y == c].tolist()))
         if n_groups < n_splits:
             raise InputError(
-                f"{what}: class {c!r} has only {n_groups} patient(s), fewer than n_splits={n_splits}; "
+                f"{what}: class {c.item()!r} has only {n_groups} patient(s), fewer than n_splits={n_splits}; "
                 f"pass a smaller n_splits (at least 2) or audit more images"
             )
     folds = stratified_group_kfold(np.asarray(y), group_text, n_splits, random_state)
