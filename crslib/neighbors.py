@@ -130,10 +130,10 @@ def _prepare(X: Any, metric: str, name: str = "X") -> tuple[np.ndarray, np.ndarr
 _AVX512_SKX = {"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"}
 
 
-def _openblas_coretype_hint() -> str | None:
-    """An OpenBLAS core type this CPU certainly supports, from /proc/cpuinfo."""
+def _openblas_coretype_hint(cpuinfo: str | os.PathLike = "/proc/cpuinfo") -> str | None:
+    """An OpenBLAS core type this CPU certainly supports, from the first ``flags`` line of ``cpuinfo``."""
     try:
-        with open("/proc/cpuinfo", encoding="ascii", errors="ignore") as fh:
+        with open(cpuinfo, encoding="ascii", errors="ignore") as fh:
             for line in fh:
                 if line.startswith("flags"):
                     flags = set(line.split(":", 1)[1].split())

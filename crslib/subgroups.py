@@ -15,6 +15,7 @@ import pandas as pd
 from crslib import stats
 from crslib._validation import check_confidence, check_count, per_image_array
 from crslib.errors import InputError
+from crslib.probes import label_sort_key
 
 __all__ = [
     "overlap_by_subgroup",
@@ -68,7 +69,8 @@ def overlap_by_subgroup(
 
     Returns
     -------
-    DataFrame with columns column, level, n, mean, low, high
+    DataFrame with columns column, level, n, mean, low, high; levels in order
+    (numbers by value, before text such as "NaN").
 
     Examples
     --------
@@ -87,7 +89,7 @@ def overlap_by_subgroup(
     rows = []
     for col in columns:
         levels = meta[col].astype(object).where(meta[col].notna(), "NaN")
-        for level in sorted(levels.unique(), key=lambda v: (str(type(v)), str(v))):
+        for level in sorted(levels.unique(), key=label_sort_key):
             sel = (levels == level).to_numpy()
             res = stats.bootstrap_ci(
                 np.mean,
@@ -177,7 +179,10 @@ def overlap_variance_shares(
     Returns
     -------
     DataFrame with columns factor, n_levels, share_alone, share_alone_low,
-    share_alone_high, share_unique, share_unique_low, share_unique_high
+    share_alone_high, share_unique, share_unique_low, share_unique_high.
+    One row per factor, then an ``(all factors)`` row whose ``n_levels`` is
+    the number of columns of the joint design (intercept plus, per factor,
+    its levels minus one) and whose ``share_unique`` columns are NaN.
 
     Examples
     --------

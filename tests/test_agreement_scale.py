@@ -427,3 +427,32 @@ def test_agreement_matrix_on_dask_equals_in_process(client):
     assert A.overlap.equals(B.overlap) and A.overlap_error_bound == B.overlap_error_bound
     with pytest.raises(InputError, match="model 'c'"):
         ag.agreement_matrix({**emb, "c": np.zeros((2000, 3))}, k=10, scheduler=client)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [
+        ("fpu sse2 avx avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl", "SKYLAKEX"),
+        ("fpu sse2 avx avx2 fma avx512f avx512cd avx512bw avx512dq", "HASWELL"),  # no avx512vl: not SkylakeX
+        ("fpu sse2 avx avx2 fma", "HASWELL"),
+        ("fpu sse2 avx avx2", None),  # AVX2 without FMA is not Haswell
+        ("fpu sse2 avx fma", None),
+    ],
+)
+def test_openblas_coretype_hint_reads_the_first_flags_line(tmp_path, flags, expected):
+    cpuinfo = tmp_path / "cpuinfo"
+    # the second processor's flags must not matter: the first flags line decides
+    cpuinfo.write_text(f"processor\t: 0\nmodel name\t: x\nflags\t\t: {flags}\n\n"
+                       "processor\t: 1\nflags\t\t: fpu avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl\n")
+    assert nb._openblas_coretype_hint(cpuinfo) == expected
+
+
+def test_openblas_coretype_hint_without_flags_or_file_is_none(tmp_path):
+    no_flags = tmp_path / "cpuinfo"
+    no_flags.write_text("processor\t: 0\nFeatures\t: fp asimd\n")  # an ARM cpuinfo has no flags line
+    assert nb._openblas_coretype_hint(no_flags) is None
+    assert nb._openblas_coretype_hint(tmp_path / "missing") is None
+    # a flag that merely contains another's name is not that flag
+    lookalike = tmp_path / "lookalike"
+    lookalike.write_text("flags\t: avx2x fmax avx512fx\n")
+    assert nb._openblas_coretype_hint(lookalike) is None
