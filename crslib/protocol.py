@@ -120,7 +120,9 @@ def protocol_splits(
     validation_fraction : float
         Share of the pool's patients carved out when it is not.
     train, validation, test : str
-        Split names.
+        Split names. Every row must carry one of them: a row of any other
+        split (``"validation"`` where ``validation="val"``, say) would
+        otherwise be trained on without anyone noticing.
     random_state : int
         Seed of the carve-out.
 
@@ -134,7 +136,8 @@ def protocol_splits(
     Raises
     ------
     DataError
-        No rows in the official test split, or a partition with one class.
+        No rows in the official test split, rows of a split that is none of
+        ``train``, ``validation``, ``test``, or a partition with one class.
 
     Examples
     --------
@@ -150,6 +153,12 @@ def protocol_splits(
         raise InputError(f"split, groups and labels must have one entry per row, got {split.size}, {groups.size}, {labels.size}")
     if not (0.0 < validation_fraction < 1.0):
         raise InputError(f"validation_fraction must be in (0, 1), got {validation_fraction}")
+    unknown = sorted(set(np.unique(split).tolist()) - {train, validation, test})
+    if unknown:
+        raise DataError(
+            f"split has values {unknown} that are none of train={train!r}, validation={validation!r}, "
+            f"test={test!r}; rename them in the manifest or pass the split names"
+        )
     is_test = split == test
     if not is_test.any():
         raise DataError(

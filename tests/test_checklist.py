@@ -558,7 +558,8 @@ def test_frame_dict_and_json_values():
     assert entry["effect"]["paper"] == 0.697 and isinstance(entry["crosswalk"]["CLAIM 2024"], list)
     text = cl.to_json()
     assert json.loads(text)["items"][4]["effect"]["value"] is None  # infinity becomes null
-    assert "\n  " in text and "\n" not in cl.to_json(indent=None)
+    assert text == json.dumps(cl.to_dict(), indent=2, ensure_ascii=False, allow_nan=False)  # two-space indent
+    assert "\n" not in cl.to_json(indent=None)
     assert "✅" not in text
     with pytest.raises(KeyError, match="no checklist item 'seed'; items are split, training_policy"):
         cl["seed"]

@@ -284,6 +284,13 @@ def test_reliability_curve_band_contains_estimate_and_is_reproducible():
     assert (a["frac_pos_high"] - a["frac_pos_low"] > 0).all()
     assert ((a["low_edge"] <= a["mean_prob"]) & (a["mean_prob"] < a["high_edge"])).all()
     assert a["count"].sum() == 2000
+    # the documented defaults: 200 resamples, random_state 0
+    pd.testing.assert_frame_equal(metrics.reliability_curve(y[:300], p[:300]),
+                                  metrics.reliability_curve(y[:300], p[:300], n_resamples=200, random_state=0))
+    for other in ({"n_resamples": 201}, {"random_state": 1}):
+        changed = metrics.reliability_curve(y[:300], p[:300], n_resamples=other.get("n_resamples", 200),
+                                            random_state=other.get("random_state", 0))
+        assert not changed["frac_pos_low"].equals(metrics.reliability_curve(y[:300], p[:300])["frac_pos_low"])
     # bins are fixed from the data: the quantile curve has ~equal counts
     q = metrics.reliability_curve(y, p, strategy="quantile", n_resamples=20)
     assert q["count"].tolist() == [200] * 10

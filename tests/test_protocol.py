@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from crslib import metrics, protocol
+from crslib import metrics, protocol, splits
 from crslib.errors import CRSError, DataError, InputError, ModelError
 
 
@@ -551,3 +551,58 @@ def test_checklist_evidence_refuses_a_model_the_tables_do_not_hold():
                                     partitions=parts, reported={**reported, "backbone": "zzz"},
                                     calibration_method="platt", finetune_epochs=3, provenance="official",
                                     n_resamples=50)
+
+
+def test_protocol_splits_carve_out_is_grouped_partition_per_first_label_class():
+    # 60 patients of class 0 and 40 of class 1, two images each; an official val split too small to use
+    groups = np.repeat(np.arange(100), 2)
+    labels = np.repeat((np.arange(100) >= 60).astype(int), 2)
+    split = np.array(["train"] * 150 + ["val"] * 10 + ["test"] * 40)
+    split[groups >= 95] = "test"
+    split[np.isin(groups, [55, 56, 57, 58, 59])] = "test"  # both classes in test
+    for seed, fraction in [(0, 0.15), (3, 0.15), (0, 0.3)]:
+        assignment, how = protocol.protocol_splits(split, labels, groups=groups, validation_fraction=fraction,
+                                                   random_state=seed)
+        pool = np.flatnonzero(split != "test")
+        expected = []
+        for value in (0, 1):  # each class's patients of the pool, cut like grouped_partition cuts them
+            members = pool[labels[pool] == value]
+            _, part = splits.grouped_partition(groups[members], (1.0 - fraction, fraction), random_state=seed)
+            expected += members[part].tolist()
+        assert sorted(np.flatnonzero(assignment == "val").tolist()) == sorted(expected)
+        assert (assignment[split == "test"] == "test").all()
+        n_train = int((assignment == "train").sum())
+        assert how.endswith(f"training rows: the rest of the pool ({n_train} images)")
+        again, _ = protocol.protocol_splits(split, labels, groups=groups, validation_fraction=fraction,
+                                            random_state=seed)
+        assert np.array_equal(again, assignment)
+
+
+def test_protocol_splits_official_validation_counts_and_unknown_split_names():
+    n = 240
+    labels = np.tile([0, 1], n // 2)
+    groups = np.arange(n) // 2
+    split = np.array(["train"] * 130 + ["val"] * 60 + ["test"] * 50)
+    assignment, how = protocol.protocol_splits(split, labels, groups=groups)
+    assert how == ("official test split (50 images); official validation split (60 images); "
+                   "training pool (130 images)")
+    # a manifest that says "validation" where the protocol expects "val" is refused, not trained on
+    renamed = np.where(split == "val", "validation", split)
+    assert _message(protocol.protocol_splits, renamed, labels, groups=groups) == (
+        "split has values ['validation'] that are none of train='train', validation='val', test='test'; "
+        "rename them in the manifest or pass the split names")
+    assert _message(protocol.protocol_splits, np.where(split == "train", "TRAIN", split), labels, groups=groups) == (
+        "split has values ['TRAIN'] that are none of train='train', validation='val', test='test'; "
+        "rename them in the manifest or pass the split names")
+    same, _ = protocol.protocol_splits(renamed, labels, groups=groups, validation="validation")
+    assert np.array_equal(same, assignment)
+
+
+def test_protocol_splits_class_with_one_pool_patient_is_not_carved_but_the_other_class_is():
+    # class 0 has a single patient in the pool (it cannot be cut), class 1 has two (one goes to validation)
+    groups = np.array([0, 0, 1, 1, 2, 2, 3, 4])
+    labels = np.array([0, 0, 1, 1, 1, 1, 0, 1])
+    split = np.array(["train"] * 6 + ["test"] * 2)
+    assert _message(protocol.protocol_splits, split, labels, groups=groups, min_validation=1) == (
+        "the val partition holds a single class ([1]); the protocol needs both classes in train, validation "
+        "and test")
