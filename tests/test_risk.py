@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -365,10 +366,33 @@ def test_save_writes_the_tables_of_crs_risk_and_the_notebook(tmp_path):
     assert stability.loc["label", "test score mean"] == pytest.approx(expected["test score mean"])
     both = stability_table({"a": res, "b": res})
     assert list(both.index) == ["a", "b"] and both.loc["b", "selected most often"] == expected["selected most often"]
-    with pytest.raises(InputError, match="name"):
-        res.save(tmp_path, name="../x")
+    assert (tmp_path / "out" / "risk_label.json").read_text() == json.dumps(res.to_dict(), indent=2)
+    for bad in ("../x", "a/b", "", 5, None):
+        with pytest.raises(InputError, match=re.escape(
+                f"name must be a non-empty file-name part (e.g. the target column), got {bad!r}")):
+            res.save(tmp_path / "bad", name=bad)
+    assert not (tmp_path / "bad").exists()
     with pytest.raises(InputError, match="RiskResult"):
         stability_table({"a": res.primary})
+
+
+def test_stability_counts_encoders_selected_and_partitions_that_chose_the_union():
+    from dataclasses import replace
+
+    emb, y, groups = _data(n_patients=60)
+    res = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=3, **FAST)
+    # a constructed outcome: encoder "good" selected twice, "noise" once, the union never;
+    # the union rule accepted the union in partitions 0 and 2 (one partition records no decision)
+    counts = pd.DataFrame({"encoder": ["good", "noise", "union"], "count": [2, 1, 0]})
+    unions = [{"chosen": True}, {}, {"chosen": True}]
+    made = replace(res, selection_counts=counts,
+                   partitions=[replace(p, union=u) for p, u in zip(res.partitions, unions)])
+    row = made.stability()
+    assert row["selected most often"] == "good"
+    assert row["distinct encoders selected"] == 2  # an encoder chosen once counts, one never chosen does not
+    assert row["union chosen (partitions)"] == 2
+    none_chosen = replace(made, partitions=[replace(p, union={"chosen": False}) for p in res.partitions])
+    assert none_chosen.stability()["union chosen (partitions)"] == 0
 
 
 def test_risk_report_escapes_task_and_encoder_names():
