@@ -254,12 +254,15 @@ def _cmd_book(args: argparse.Namespace) -> int:
     from crslib.runner import build_book
 
     record = build_book(args.config or args.preset, only=args.only, build=not args.no_build,
-                        repository_url=args.repository_url, reuse=not args.rerun)
+                        repository_url=args.repository_url, reuse=not args.rerun, data=args.data,
+                        models=args.models)
     for notebook in record.notebooks:
         if notebook.reused_from:
             print(f"{notebook.name}: reused from run {notebook.reused_from} (identical execution)")
         else:
             print(f"{notebook.name}: {notebook.seconds:.1f} s")
+        for skip in notebook.skips:
+            print(f"  skipped {skip['analysis']}: {skip['reason']}")
     print(f"run folder: {record.run_dir}")
     if record.html_index:
         print(f"book built in {record.build_seconds:.1f} s: {record.html_index}")
@@ -418,6 +421,12 @@ def _add_book_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preset", default="default", choices=["quick", "default", "full"],
                    help="parameter preset from configs/ (default: default)")
     p.add_argument("--config", metavar="FILE", help="a YAML config file instead of a preset")
+    p.add_argument("--data", metavar="PATH",
+                   help="the data every chapter studies instead of the preset's phantom: a folder of images, a "
+                   "manifest (.csv/.parquet), a Kermany-layout folder, a DICOM folder or a MedMNIST .npz")
+    p.add_argument("--models", metavar="SPEC,SPEC,...",
+                   help="the models every chapter studies (comma-separated specs, e.g. "
+                   "public:efficientnet_lite0,onnx:/m.onnx#feat; zoo:* adds the zoo, trained on the phantom)")
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="run only these notebooks (name or number)")
     p.add_argument("--no-build", action="store_true", help="execute the notebooks but do not build HTML")
     p.add_argument("--rerun", action="store_true",

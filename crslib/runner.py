@@ -51,6 +51,7 @@ class NotebookRecord:
     seconds: float
     output: str
     reused_from: str | None = None  # the run whose identical execution this one reuses
+    skips: list[dict[str, str]] = field(default_factory=list)  # analyses the data could not support
 
 
 @dataclass
@@ -140,6 +141,55 @@ def resolve_parameters(config: dict[str, Any], notebook: Path) -> dict[str, Any]
     chosen = {k: v for k, v in shared.items() if k in declared}
     chosen.update(own)
     return chosen
+
+
+#: How ``crs book --models A,B,C`` sets each notebook parameter that names models.
+MODEL_PARAMETERS: dict[str, str] = {
+    "model": "the first model",
+    "models": "all models",
+    "old_model": "the first model",
+    "new_models": "the other models",
+    "backbones": "all models",
+    "encoders": "all models",
+}
+
+
+def with_overrides(config: dict[str, Any], *, data: str | None = None, models: str | None = None) -> dict[str, Any]:
+    """A preset with every chapter's ``data`` and model parameters set, as ``crs book --data --models`` does.
+
+    ``data`` replaces the data of every notebook (also where the preset gives
+    a notebook its own); ``models`` (comma-separated specs) sets each model
+    parameter as :data:`MODEL_PARAMETERS` says. The zoo's own ``zoo_data``
+    is left as it is: the zoo never trains on the user's data.
+
+    Examples
+    --------
+    >>> c = with_overrides({"name": "quick", "parameters": {"data": "phantom"},
+    ...                     "notebooks": {"04_protocol_sensitivity": {"data": "phantom?kermany=1", "seeds": "0"}}},
+    ...                    data="/my/images", models="public:efficientnet_lite0, onnx:/m.onnx")
+    >>> c["parameters"]["data"], c["notebooks"]["04_protocol_sensitivity"], c["parameters"]["old_model"]
+    ('/my/images', {'seeds': '0'}, 'public:efficientnet_lite0')
+    >>> c["parameters"]["new_models"], c["name"]
+    ('onnx:/m.onnx', 'quick+own')
+    """
+    from crslib.models.lineup import parse_model_list
+
+    out = json.loads(json.dumps(config))  # a deep copy of plain YAML data
+    shared: dict[str, Any] = {}
+    if data is not None:
+        shared["data"] = str(data)
+    if models is not None:
+        specs = parse_model_list(models)
+        picks = {"the first model": specs[0], "all models": ",".join(specs), "the other models": ",".join(specs[1:])}
+        shared.update({name: picks[rule] for name, rule in MODEL_PARAMETERS.items()})
+    if not shared:
+        return out
+    out["parameters"] = {**(out.get("parameters") or {}), **shared}
+    for section in (out.get("notebooks") or {}).values():
+        for key in shared:
+            (section or {}).pop(key, None)
+    out["name"] = f"{out.get('name', 'config')}+own"
+    return out
 
 
 def package_versions() -> dict[str, str]:
@@ -308,6 +358,8 @@ def run_notebooks(
     run_root: str | os.PathLike | None = None,
     notebook_dir: str | os.PathLike | None = None,
     reuse: bool = True,
+    data: str | os.PathLike | None = None,
+    models: str | None = None,
 ) -> RunRecord:
     """Execute the book's notebooks with a preset into a new run folder.
 
@@ -329,13 +381,20 @@ def run_notebooks(
     reuse : bool
         Reuse identical earlier executions (default True); False executes
         every notebook.
+    data : str or path, optional
+        The data every chapter studies instead of the preset's (see
+        :func:`with_overrides`).
+    models : str, optional
+        Comma-separated model specs every chapter studies (see
+        :data:`MODEL_PARAMETERS`).
 
     Returns
     -------
     RunRecord
-        Also written to ``<run_dir>/run.json``.
+        Also written to ``<run_dir>/run.json``; each notebook's ``skips``
+        lists the analyses its data could not support (:class:`SkipLog`).
     """
-    config = load_preset(preset)
+    config = with_overrides(load_preset(preset), data=None if data is None else str(data), models=models)
     notebooks = list_notebooks(notebook_dir)
     if only:
         wanted = set(only)
@@ -374,9 +433,66 @@ def run_notebooks(
             if key:
                 _store_execution(key, output, results, run_dir, run_id, round(seconds, 2))
             log.info("%s done in %.1f s", source.stem, seconds)
+        record.notebooks[-1].skips = read_skips(results)
         atomic_write_json(run_dir / "run.json", record.to_dict())
     atomic_write_json(run_dir / "run.json", record.to_dict())
     return record
+
+
+SKIPS_FILE = "skips.json"
+
+
+class SkipLog:
+    """A notebook's record of the analyses its data could not support.
+
+    ``skips.check(analysis, reason)`` returns True when ``reason`` is None
+    (the analysis runs). Otherwise it shows one sentence on the page (what
+    was skipped, and why: the reason from :func:`crslib.needs.unmet_need`),
+    records it in ``<results_dir>/skips.json`` (which :func:`run_notebooks`
+    copies into ``run.json``) and returns False.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> skips = SkipLog(tempfile.mkdtemp(), show=False)
+    >>> skips.check("the linear probe", None), skips.check("the subgroup table", "the manifest has no `source` column")
+    (True, False)
+    >>> skips.records
+    [{'analysis': 'the subgroup table', 'reason': 'the manifest has no `source` column'}]
+    """
+
+    def __init__(self, results_dir: str | os.PathLike, *, show: bool = True):
+        self.path = Path(results_dir) / SKIPS_FILE
+        self.show = show
+        self.records: list[dict[str, str]] = []
+        atomic_write_json(self.path, self.records)  # a rerun starts with no skips
+
+    def check(self, analysis: str, reason: str | None) -> bool:
+        if reason is None:
+            return True
+        self.records.append({"analysis": str(analysis), "reason": str(reason)})
+        atomic_write_json(self.path, self.records)
+        if self.show:
+            from IPython.display import Markdown, display
+
+            display(Markdown(f"**Skipped: {_escape_markdown(analysis)}.** "
+                             f"{_escape_markdown(reason[0].upper() + reason[1:])}."))
+        return False
+
+
+def _escape_markdown(text: str) -> str:
+    """User-provided text (column values, file names) shown literally in a Markdown cell."""
+    import html
+
+    return html.escape(str(text), quote=False).replace("*", "\\*").replace("_", "\\_").replace("[", "\\[")
+
+
+def read_skips(results_dir: str | os.PathLike) -> list[dict[str, str]]:
+    """The skips a notebook recorded in ``<results_dir>/skips.json`` (none when it wrote no file)."""
+    path = Path(results_dir) / SKIPS_FILE
+    if not path.is_file():
+        return []
+    return [dict(r) for r in json.loads(path.read_text(encoding="utf-8"))]
 
 
 def read_run_evidence(run_dir: str | os.PathLike) -> tuple[dict[str, Any], str]:
@@ -427,7 +543,7 @@ def read_run_evidence(run_dir: str | os.PathLike) -> tuple[dict[str, Any], str]:
 
 
 #: Notebook parameters that name a data set (hashed for the reproducibility page).
-DATA_PARAMETERS = ("data", "kermany_data", "null_data")
+DATA_PARAMETERS = ("data", "zoo_data", "null_data")
 
 
 def collect_provenance(record: RunRecord) -> dict[str, Any]:
@@ -595,11 +711,14 @@ def build_book(
     build: bool = True,
     repository_url: str | None = None,
     reuse: bool = True,
+    data: str | os.PathLike | None = None,
+    models: str | None = None,
 ) -> RunRecord:
     """Run the notebooks with a preset, stage them and build the HTML book
-    (see :func:`build_html` for ``repository_url``)."""
+    (see :func:`build_html` for ``repository_url``, :func:`run_notebooks`
+    for ``data`` and ``models``)."""
     _check_repository_url(repository_url)  # before the notebooks run, not after
-    record = run_notebooks(preset, only=only, run_root=run_root, reuse=reuse)
+    record = run_notebooks(preset, only=only, run_root=run_root, reuse=reuse, data=data, models=models)
     record.provenance = collect_provenance(record)
     atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
     stage_run(record, book_root=book_root)
