@@ -37,6 +37,38 @@ def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
     return root, record
 
 
+@pytest.fixture(scope="session")
+def own_books(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
+    """The quick book built on each real-image layout (``tests/realdata.py``) with non-zoo models.
+
+    ``{layout: (book root, RunRecord, cache folder)}``; each build has its
+    own cache folder, so a test can check that no zoo model was trained.
+    """
+    from realdata import LAYOUTS, OWN_MODELS, write_layout
+
+    from crslib.runner import build_book
+
+    books = {}
+    saved = os.environ.get("CRS_CACHE_DIR")
+    try:
+        for layout in LAYOUTS:
+            root = tmp_path_factory.mktemp(f"own-{layout}")
+            data = write_layout(layout, root / "images")
+            for name in ["_config.yml", "_toc.yml"]:
+                shutil.copy2(repo_root / name, root / name)
+            shutil.copytree(repo_root / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
+            cache = root / "cache"
+            os.environ["CRS_CACHE_DIR"] = str(cache)  # the notebook kernels inherit it
+            record = build_book("quick", run_root=root / "runs", book_root=root, data=str(data), models=OWN_MODELS)
+            books[layout] = (root, record, cache)
+    finally:
+        if saved is None:
+            os.environ.pop("CRS_CACHE_DIR", None)
+        else:
+            os.environ["CRS_CACHE_DIR"] = saved
+    return books
+
+
 #: Under ``make mutation``: the test files (``tests/test_<name>*.py``) that are a module's own
 #: tests, where they are not simply ``test_<module>*.py`` (modules cut out of a larger one keep
 #: their tests where they were).

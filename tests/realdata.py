@@ -30,6 +30,10 @@ import pandas as pd
 CLASS_A = ("astronaut", "camera", "coffee", "chelsea", "rocket", "brick", "grass", "gravel")
 CLASS_B = ("immunohistochemistry", "cell", "hubble_deep_field", "retina", "moon", "coins", "shepp_logan_phantom",
            "clock")
+#: The three layouts, in the order the tests build them.
+LAYOUTS = ("paths", "labelled", "kermany")
+#: The models the own-data book is built with: no zoo model, so the zoo must stay untrained.
+OWN_MODELS = "public:efficientnet_lite0,timm:resnet18?size=64"
 TILE = 64
 TILES_PER_IMAGE = 18
 TILES_PER_PATIENT = 3
@@ -114,7 +118,13 @@ def write_kermany(out: str | Path) -> Path:
     return out
 
 
+def write_layout(layout: str, out: str | Path) -> Path:
+    """Write one of :data:`LAYOUTS` into ``out``."""
+    writers = {"paths": write_paths_only, "labelled": write_labelled, "kermany": write_kermany}
+    return writers[layout](out)
+
+
 if __name__ == "__main__":  # pragma: no cover - a convenience for building the folders by hand
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "real_tiles")
-    for writer, sub in ((write_paths_only, "paths"), (write_labelled, "labelled"), (write_kermany, "kermany")):
-        print(writer(target / sub))
+    for layout in LAYOUTS:
+        print(write_layout(layout, target / layout))

@@ -11,6 +11,7 @@ tests/test_browser.py``.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.server
 import os
@@ -21,8 +22,7 @@ from pathlib import Path
 from urllib.parse import unquote, urldefrag, urlparse
 
 import pytest
-
-
+from realdata import LAYOUTS
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -62,17 +62,25 @@ def book_under_test(request) -> tuple[Path, Path]:
     return root, html_dir
 
 
-@pytest.fixture(scope="module")
-def site(book_under_test):
-    """The built HTML served on localhost: (base URL, html folder)."""
-    html_dir = book_under_test[1]
+@contextlib.contextmanager
+def _serve(html_dir: Path):
+    """A built book's HTML served on localhost; yields the base URL."""
     handler = functools.partial(_QuietHandler, directory=str(html_dir))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/", html_dir
-    server.shutdown()
-    server.server_close()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.fixture(scope="module")
+def site(book_under_test):
+    """The built HTML served on localhost: (base URL, html folder)."""
+    with _serve(book_under_test[1]) as base:
+        yield base, book_under_test[1]
 
 
 @pytest.fixture(scope="module")
@@ -100,16 +108,12 @@ def _pages(html_dir: Path) -> list[Path]:
                   if not any(part in skip or part.startswith(".") for part in p.relative_to(html_dir).parts))
 
 
-@pytest.mark.slow
-def test_every_page_loads_without_errors_with_images_and_working_links(site, browser, book_under_test) -> None:
-    base, html_dir = site
-    root = book_under_test[0]
-    shots = root / "_build" / "screenshots"
+def _check_pages(base: str, html_dir: Path, browser, shots: Path) -> tuple[list[str], dict[str, tuple[int, str]]]:
+    """Load every page: the problems found, and per executed-notebook page (figures shown, its text)."""
     shots.mkdir(parents=True, exist_ok=True)
     pages = _pages(html_dir)
-    assert len(pages) >= 10, [p.name for p in pages]
     problems: list[str] = []
-    notebook_figures: dict[str, int] = {}
+    notebooks: dict[str, tuple[int, str]] = {}
     for page in pages:
         rel = page.relative_to(html_dir).as_posix()
         browser.get(base + rel)
@@ -128,7 +132,8 @@ def test_every_page_loads_without_errors_with_images_and_working_links(site, bro
         problems += [f"{rel}: figure without alt text: {src}" for src, _, alt in images
                      if "_images/" in (src or "") and not (alt or "").strip()]
         if rel.startswith("book/generated/") and Path(rel).name[:2].isdigit():  # an executed notebook
-            notebook_figures[rel] = sum(1 for src, width, _ in images if width and "_images/" in (src or ""))
+            figures = sum(1 for src, width, _ in images if width and "_images/" in (src or ""))
+            notebooks[rel] = (figures, browser.execute_script("return document.body.innerText;"))
         links = browser.execute_script("return Array.from(document.querySelectorAll('a[href]')).map(a => a.href);")
         for href in links:
             parsed = urlparse(href)
@@ -140,11 +145,33 @@ def test_every_page_loads_without_errors_with_images_and_working_links(site, bro
             if not target.exists():
                 problems.append(f"{rel}: broken internal link {href}")
         browser.save_screenshot(str(shots / (rel.replace("/", "__") + ".png")))
-    assert not problems, "\n".join(problems[:30])
-    assert notebook_figures, "no notebook page was found under book/generated/"
-    for rel, count in notebook_figures.items():
-        assert count >= 1, f"{rel} shows no figure in the browser"
     assert len(list(shots.glob("*.png"))) == len(pages)
+    return problems, notebooks
+
+
+@pytest.mark.slow
+def test_every_page_loads_without_errors_with_images_and_working_links(site, browser, book_under_test) -> None:
+    base, html_dir = site
+    assert len(_pages(html_dir)) >= 10, [p.name for p in _pages(html_dir)]
+    problems, notebooks = _check_pages(base, html_dir, browser, book_under_test[0] / "_build" / "screenshots")
+    assert not problems, "\n".join(problems[:30])
+    assert notebooks, "no notebook page was found under book/generated/"
+    for rel, (count, _) in notebooks.items():
+        assert count >= 1, f"{rel} shows no figure in the browser"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_the_book_on_real_images_loads_and_each_chapter_shows_a_figure_or_its_skips(own_books, browser,
+                                                                                    layout) -> None:
+    root, record, _ = own_books[layout]
+    html_dir = Path(record.html_index).parent
+    with _serve(html_dir) as base:
+        problems, notebooks = _check_pages(base, html_dir, browser, root / "_build" / "screenshots")
+    assert not problems, "\n".join(problems[:30])
+    assert len(notebooks) == 7, sorted(notebooks)
+    for rel, (count, text) in notebooks.items():
+        assert count >= 1 or "Skipped:" in text, f"{rel} shows neither a figure nor what it skipped"
 
 
 @pytest.mark.parametrize("ci, outcome", [("", pytest.skip.Exception), ("true", pytest.fail.Exception)])

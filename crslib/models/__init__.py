@@ -14,6 +14,7 @@ references, and the zoo of small encoders trained here.
 :mod:`.trainer`        the training pool and the loop that trains one zoo model
 :mod:`._training`      deterministic context, warm-up/cosine schedule, EMA teacher update
 :mod:`.finetune`       :func:`finetune_classifier` (study 2's fine-tuned policy)
+:mod:`.lineup`         a chapter's model list: :func:`resolve_models` (the zoo only for ``zoo:`` specs)
 =====================  ==========================================================
 
 Imports go one way, with no cycle: :mod:`.specs` dispatches to the backends
@@ -42,6 +43,7 @@ from crslib.models.encoders import (
     weights_sha256,
 )
 from crslib.models.finetune import FINETUNE_FORMAT, finetune_classifier
+from crslib.models.lineup import ALL_ZOO, Lineup, parse_model_list, resolve_models
 from crslib.models.networks import ARCHITECTURES, build_encoder_module
 from crslib.models.public import (
     PUBLIC_ENCODERS,
@@ -74,9 +76,11 @@ from crslib.models.zoo import (
 )
 
 __all__ = [
+    "ALL_ZOO",
     "ARCHITECTURES",
     "Encoder",
     "FINETUNE_FORMAT",
+    "Lineup",
     "LABEL_TYPES",
     "OBJECTIVES",
     "OnnxEncoder",
@@ -107,4 +111,6 @@ __all__ = [
     "train_zoo",
     "weights_sha256",
     "zoo_specs",
+    "parse_model_list",
+    "resolve_models",
 ]
