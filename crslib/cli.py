@@ -174,7 +174,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         encoder = load_encoder(args.model)
         X, name = extract_embeddings(manifest, encoder, progress=None).X, encoder.name
     result = run_audit(manifest, properties, embeddings=X, embedding_name=name, label_column=args.label,
-                       n_resamples=args.resamples, random_state=args.seed)
+                       n_resamples=args.resamples, random_state=args.seed, n_permutations=args.permutations)
     out = Path(args.out)
     atomic_write_text(out / "audit.json", result.to_json())
     atomic_write_text(out / "audit.html", render_audit_html(result))
@@ -370,6 +370,8 @@ def _add_audit_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--label", default="label", metavar="COL", help="label column (default label)")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="seed of folds and bootstrap (default 0)")
+    p.add_argument("--permutations", type=int, default=None, metavar="N",
+                   help="label permutations per permutation test (default: run_audit's, 100)")
     p.add_argument("--out", default="crs-audit", metavar="DIR", help="report folder (default crs-audit)")
     p.set_defaults(func=_cmd_audit)
 

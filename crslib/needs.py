@@ -6,7 +6,8 @@ train/validation/test split. An analysis declares what it needs with
 :func:`unmet_need`; when the answer is a sentence instead of None, the
 chapter skips that analysis, shows the sentence (what is missing and what to
 add to the manifest) and goes on (:class:`crslib.runner.SkipLog` records it
-in the run's ``run.json``).
+in the run's ``run.json``). What a representation-risk target needs is
+:func:`crslib.risk_needs.task_need`.
 
 Examples
 --------

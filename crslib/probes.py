@@ -33,6 +33,7 @@ __all__ = [
     "ProbeAUROC",
     "linear_probe_auroc",
     "logistic_probe",
+    "probe_targets",
 ]
 
 
@@ -58,6 +59,93 @@ def check_labels(labels: Any, n: int) -> pd.DataFrame:
                 f"{(bad or list(labels[col][out[col].isna() & labels[col].notna()]))[:3]}"
             )
     return out
+
+
+def probe_targets(
+    manifest: pd.DataFrame,
+    *,
+    min_per_class: int = 5,
+    groups: str = "patient_id",
+    test_size: float = 0.3,
+    random_state: int | None = 0,
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The 0/1 targets of a manifest that a linear probe can be scored on.
+
+    The ``finding_*`` columns when the manifest has any; otherwise a
+    ``label`` with exactly two classes (numbers or text), coded 0 for the
+    first class and 1 for the second in sorted order (the column is named
+    ``label=<second class>``). A column whose classes have fewer than
+    ``min_per_class`` patients each, or that has a single class in the
+    training or test part of the probe's patient-grouped split, is left out
+    with the reason, so :func:`linear_probe_auroc` (given the same
+    ``groups``, ``test_size`` and ``random_state``) fits every column.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+    min_per_class : int
+        Fewest patients per class; a patient-grouped train/test split needs
+        a few of each.
+    groups : str
+        The patient column (classes are counted in patients, and the split
+        keeps each patient's images together).
+    test_size, random_state
+        The split of :func:`linear_probe_auroc`.
+
+    Returns
+    -------
+    targets : DataFrame
+        One row per manifest row (same index), one float column of 0/1 (NaN
+        unknown) per usable target; no column when none is usable.
+    left_out : dict
+        Manifest column -> the sentence saying why it cannot be probed
+        (:func:`crslib.needs.unmet_need`, or the split); with neither
+        findings nor a label, one entry ``"label"`` saying what to add.
+
+    Examples
+    --------
+    >>> m = pd.DataFrame({"label": ["cat", "dog"] * 10, "patient_id": [f"p{i}" for i in range(20)]})
+    >>> targets, left_out = probe_targets(m)
+    >>> targets["label=dog"].tolist()[:4], left_out
+    ([0.0, 1.0, 0.0, 1.0], {})
+    >>> probe_targets(m.drop(columns="label"))[1]["label"]
+    'the manifest has no finding_* columns and no `label` column; add 0/1 finding_* columns or a two-class `label` to run it'
+    """
+    from crslib.needs import unmet_need
+
+    if not isinstance(manifest, pd.DataFrame):
+        raise InputError(f"manifest must be a DataFrame, got {type(manifest).__name__}")
+    findings = [c for c in manifest.columns if str(c).startswith("finding_")]
+    candidates = pd.DataFrame(index=manifest.index)
+    left_out: dict[str, str] = {}
+    for column in findings or ["label"]:
+        if column == "label" and column not in manifest.columns:
+            left_out["label"] = ("the manifest has no finding_* columns and no `label` column; add 0/1 "
+                                 "finding_* columns or a two-class `label` to run it")
+            continue
+        reason = unmet_need(manifest, binary=column, min_per_class=min_per_class, groups=groups)
+        if reason:
+            left_out[column] = reason
+        elif findings:
+            candidates[column] = pd.to_numeric(manifest[column], errors="coerce").astype(float)
+        else:
+            known = manifest["label"].notna().to_numpy()
+            classes, codes = class_codes(manifest["label"].to_numpy()[known])
+            coded = np.full(len(manifest), np.nan)
+            coded[known] = codes
+            candidates[f"label={classes[1]}"] = coded
+    if candidates.shape[1] == 0:
+        return candidates, left_out
+    train, test = _probe_split(manifest[groups].to_numpy(), test_size, random_state)
+    for column in list(candidates.columns):
+        y = candidates[column].to_numpy()
+        y_train, y_test = y[train][~np.isnan(y[train])], y[test][~np.isnan(y[test])]
+        reason = degenerate_reason(y_train.astype(int), "training") or degenerate_reason(y_test.astype(int), "test")
+        if reason:
+            source = column if findings else "label"
+            left_out[source] = f"the probe's patient-grouped train/test split does not allow it: {reason}"
+            candidates = candidates.drop(columns=column)
+    return candidates, left_out
 
 
 @dataclass(frozen=True, eq=False)
@@ -161,8 +249,6 @@ def linear_probe_auroc(
     >>> float(res.auroc["effusion"]) > 0.9, res.reasons, res.n_train, res.n_test
     (True, {}, 140, 60)
     """
-    from sklearn.model_selection import GroupShuffleSplit
-
     Xf = as_embeddings(X, "X")
     n = Xf.shape[0]
     lab = check_labels(labels, n)
@@ -173,8 +259,7 @@ def linear_probe_auroc(
         raise InputError(f"test_size must be between 0 and 1, got {test_size}")
     if len(pd.unique(g)) < 2:
         raise InputError("groups has a single patient; a patient-grouped split needs at least 2")
-    split = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=random_state)
-    train, test = next(split.split(Xf, groups=g))
+    train, test = _probe_split(g, test_size, random_state)
     out = {}
     reasons = {}
     with one_blas_thread():  # one small fit per finding
@@ -197,6 +282,14 @@ def linear_probe_auroc(
     auroc = pd.Series(out, name="auroc", dtype=float)
     auroc.index.name = "finding"
     return ProbeAUROC(auroc=auroc, reasons=reasons, n_train=int(train.size), n_test=int(test.size))
+
+
+def _probe_split(groups: np.ndarray, test_size: float, random_state) -> tuple[np.ndarray, np.ndarray]:
+    """The patient-grouped train/test rows of :func:`linear_probe_auroc`."""
+    from sklearn.model_selection import GroupShuffleSplit
+
+    split = GroupShuffleSplit(n_splits=1, test_size=test_size, random_state=random_state)
+    return next(split.split(np.zeros((len(groups), 1)), groups=groups))
 
 
 def degenerate_reason(y: np.ndarray, part: str) -> str | None:

@@ -481,10 +481,23 @@ class SkipLog:
 
 
 def _escape_markdown(text: str) -> str:
-    """User-provided text (column values, file names) shown literally in a Markdown cell."""
+    r"""User-provided text (column values, file names) shown literally in a Markdown cell.
+
+    Outside `code spans` HTML and Markdown's emphasis and link characters
+    are escaped; inside them nothing is, because Markdown shows a code span
+    as it is (an escape there would be shown too).
+
+    Examples
+    --------
+    >>> _escape_markdown("no `patient_id` column in <b>*x_y*</b>")
+    'no `patient_id` column in &lt;b&gt;\\*x\\_y\\*&lt;/b&gt;'
+    """
     import html
 
-    return html.escape(str(text), quote=False).replace("*", "\\*").replace("_", "\\_").replace("[", "\\[")
+    parts = str(text).split("`")
+    return "`".join(part if i % 2 else
+                    html.escape(part, quote=False).replace("*", "\\*").replace("_", "\\_").replace("[", "\\[")
+                    for i, part in enumerate(parts))
 
 
 def read_skips(results_dir: str | os.PathLike) -> list[dict[str, str]]:

@@ -24,7 +24,7 @@ from crslib._compat import one_blas_thread
 from crslib._io import JsonResult, json_ready
 from crslib._validation import as_embeddings, check_count
 from crslib.errors import InputError
-from crslib.probes import check_labels, degenerate_reason, logistic_probe
+from crslib.probes import check_labels, class_codes, degenerate_reason, logistic_probe
 from crslib.splits import grouped_split
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,7 @@ __all__ = [
     "held_out_r2",
     "classifier_transfer",
     "transfer_sweep",
+    "transfer_targets",
 ]
 
 MAP_METHODS = ("ridge", "lstsq", "procrustes")
@@ -440,7 +441,8 @@ def _evaluate(
             row["n_train"] = probes[col][1]
         if reason:
             row["reason"] = reason
-            log.warning("classifier_transfer: finding %r skipped: %s", col, reason)
+            # recorded in the table's reason column; a finding rare in one split is expected, not a fault
+            log.info("classifier_transfer: finding %r skipped: %s", col, reason)
             rows.append(row)
             continue
         clf = probes[col][0]
@@ -567,8 +569,8 @@ def classifier_transfer(
         confidence,
         random_state,
     )
-    if out["reason"].ne("").all():
-        log.warning("classifier_transfer: no finding could be evaluated")
+    if out["reason"].ne("").all():  # the table's reason column says why, finding by finding
+        log.info("classifier_transfer: no finding could be evaluated")
     return ClassifierTransfer(table=out, method=method, alpha=lin.alpha_, n_map=int(mp.size))
 
 
@@ -677,3 +679,72 @@ def transfer_sweep(
         table=pd.concat(tables, ignore_index=True), dropped_n=dropped, n_pool=int(pool.size),
         n_train=int(train.size), n_test=int(test.size),
     )
+
+
+def transfer_targets(
+    manifest: pd.DataFrame, *, min_per_class: int = 5, groups: str = "patient_id"
+) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The 0/1 targets of a manifest that classifiers can be carried across encoders on.
+
+    The ``finding_*`` columns when the manifest has any, otherwise
+    ``label``. A column with two classes is used when each class has at
+    least ``min_per_class`` patients (:func:`crslib.needs.unmet_need`): 0/1
+    columns as they are, any other pair of classes (text included) coded 0
+    for the first and 1 for the second in sorted order, the column then
+    named ``<column>=<second class>`` (the positive class). Unlike a linear
+    probe's targets, no split is checked here: :func:`classifier_transfer`
+    records a target with a single class in its training or test images in
+    its table.
+
+    Parameters
+    ----------
+    manifest : DataFrame
+    min_per_class : int
+        Fewest patients of each class.
+    groups : str
+        The patient column classes are counted in.
+
+    Returns
+    -------
+    targets : DataFrame
+        Same index as ``manifest``; one float column of 0/1 (NaN where the
+        value is missing) per usable target; no column when none is usable.
+    left_out : dict
+        Column -> the sentence saying why it cannot be used; with neither
+        ``finding_*`` columns nor ``label``, one entry ``"label"`` saying
+        what to add.
+
+    Examples
+    --------
+    >>> m = pd.DataFrame({"label": ["NORMAL", "PNEUMONIA"] * 5, "patient_id": [f"p{i}" for i in range(10)]})
+    >>> targets, left_out = transfer_targets(m)
+    >>> list(targets), targets.iloc[:3, 0].tolist(), left_out
+    (['label=PNEUMONIA'], [0.0, 1.0, 0.0], {})
+    >>> transfer_targets(m, min_per_class=6)[1]
+    {'label': '`label` needs at least 6 patients of each of its two classes; it has NORMAL: 5, PNEUMONIA: 5'}
+    """
+    from crslib.needs import unmet_need
+
+    if not isinstance(manifest, pd.DataFrame):
+        raise InputError(f"manifest must be a DataFrame, got {type(manifest).__name__}")
+    findings = [c for c in manifest.columns if str(c).startswith("finding_")]
+    targets = pd.DataFrame(index=manifest.index)
+    left_out: dict[str, str] = {}
+    if not findings and "label" not in manifest.columns:
+        left_out["label"] = ("the manifest has no finding_* columns and no `label` column; add 0/1 "
+                             "finding_* columns or a two-class `label` to run it")
+        return targets, left_out
+    for column in findings or ["label"]:
+        reason = unmet_need(manifest, binary=column, min_per_class=min_per_class, groups=groups)
+        if reason:
+            left_out[column] = reason
+            continue
+        values = manifest[column]
+        known = values.notna().to_numpy()
+        classes, codes = class_codes(values.to_numpy()[known])
+        coded = np.full(len(manifest), np.nan)
+        coded[known] = codes
+        binary01 = all(isinstance(c, (int, float, np.integer, np.floating)) and not isinstance(c, bool)
+                       for c in classes) and [float(c) for c in classes] == [0.0, 1.0]
+        targets[column if binary01 else f"{column}={classes[1]}"] = coded
+    return targets, left_out

@@ -20,16 +20,22 @@
 # k/(N-1); a randomly initialised network is the floor a trained one should
 # clear.
 #
-# This notebook runs the study's analyses on the phantom with a **model zoo**:
-# small encoders trained here on the phantom's training pool that differ in
-# one factor at a time (objective, seed, width), plus two real pretrained
-# ImageNet networks that ship in Python packages (EfficientNet-Lite0 and the
-# ResNet-50-thin of Yahoo's Open-NSFW) as the "public" pair. The phantom and
-# the small models are not the study's data and models: the numbers below
-# are this run's, set beside the paper's for orientation only.
+# By default this notebook runs the study's analyses on the phantom with a
+# **model zoo**: small encoders trained here on the phantom's training pool
+# that differ in one factor at a time (objective, seed, width), plus two real
+# pretrained ImageNet networks that ship in Python packages
+# (EfficientNet-Lite0 and the ResNet-50-thin of Yahoo's Open-NSFW) as the
+# "public" pair. The `data` and `models` parameters (`crs book --data DIR
+# --models A,B,C`) run it on other images and encoders; each analysis says
+# what it needs and is skipped, with the reason, when the data or the models
+# lack it. The phantom and the small models are not the study's data and
+# models: the numbers below are this run's, set beside the paper's for
+# orientation only.
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=0"
+zoo_data = "phantom?patients=300&size=64&seed=0"  # what zoo: models train on (only when one is listed)
+models = "zoo:*,public:efficientnet_lite0,public:open_nsfw"  # comma-separated model specs; zoo:* = the whole zoo
 zoo_preset = "quick"
 public_size = 64
 k = 10
@@ -39,6 +45,7 @@ results_dir = "results/02_agreement"
 scheduler = None  # None: this process; "local:2" or "tcp://HOST:8786": zoo, embeddings and searches on Dask
 
 # %% tags=["hide-input"]
+import html
 from itertools import combinations
 from pathlib import Path
 
@@ -52,25 +59,86 @@ import crslib
 from crslib import agreement, ann, paper, plots, probes, similarity, subgroups
 from crslib.data import load_data
 from crslib.embed import embed_models
-from crslib.models import train_zoo
+from crslib.models import is_random_init, random_init_spec, zoo_specs
+from crslib.models.lineup import parse_model_list, resolve_models
+from crslib.needs import unmet_need
+from crslib.runner import SkipLog
+
+
+def code(text):
+    """A model name, spec or column value, shown literally."""
+    return f"<code>{html.escape(str(text))}</code>"
+
+
+def names_list(names):
+    return ", ".join(code(n) for n in names)
+
 
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
+skips = SkipLog(results)
 manifest = load_data(data)
-cards = train_zoo(manifest, preset=zoo_preset, scheduler=scheduler)
-specs = {name: f"zoo:{name}" for name in cards["name"]}
-specs["public:efficientnet_lite0"] = f"public:efficientnet_lite0?size={public_size}"
-specs["public:open_nsfw"] = f"public:open_nsfw?size={public_size}"
-specs["random:efficientnet_lite0"] = f"timm:tf_efficientnet_lite0?size={public_size}&seed=0"
+on_phantom = str(data).startswith("phantom")
+requested = parse_model_list(models)
+# A zoo model listed on its own brings the zoo's random network of its architecture (zoo:* holds them all).
+zoo_singles = [s for s in requested if s.startswith("zoo:") and s != "zoo:*"]
+zoo_names = {s.name for s in zoo_specs(zoo_preset)} if zoo_singles else set()
+zoo_references = [r for r in dict.fromkeys(random_init_spec(s) for s in zoo_singles)
+                  if r and r[4:] in zoo_names and r not in requested and "zoo:*" not in requested]
+lineup = resolve_models(requested + zoo_references, zoo_data=zoo_data, zoo_preset=zoo_preset,
+                        public_size=public_size, scheduler=scheduler)
+cards = lineup.cards
+specs = dict(lineup.specs)
+info = lineup.info[["name", "objective", "architecture", "seed"]].copy()
+reference_names = [r[4:] for r in zoo_references]  # models added as random-init references, not asked for
+# Every other requested model gets a random-init network of its architecture (none for ONNX files).
+random_of, added = {}, []
+for row in lineup.info.itertuples():
+    if is_random_init(row.spec):
+        continue
+    reference = random_init_spec(row.spec)
+    if reference is None:
+        continue
+    existing = [n for n, s in specs.items() if s == reference]
+    if existing:
+        random_of[row.name] = existing[0]
+        continue
+    name = f"random:{row.architecture}"
+    name = name if name not in specs else f"random:{row.name}"
+    specs[name] = reference
+    reference_names.append(name)
+    random_of[row.name] = name
+    added.append({"name": name, "objective": "random", "architecture": row.architecture, "seed": 0})
+info = pd.concat([info, pd.DataFrame(added, columns=info.columns)], ignore_index=True)
+info["seed"] = info["seed"].astype(int)
+random_names = [n for n, s in specs.items() if is_random_init(s)]
+zoo_model_names = lineup.info.loc[lineup.info["backend"] == "zoo", "name"].tolist()
+zoo_info = info[info["name"].isin(zoo_model_names)]
 embeddings = embed_models(manifest, specs, scheduler=scheduler)
 groups = manifest["patient_id"].to_numpy()
-info = pd.DataFrame({"name": list(specs)})
-info = info.merge(cards[["name", "objective", "architecture", "seed"]], on="name", how="left")
-info["objective"] = info["objective"].fillna(info["name"].str.split(":").str[0])
-info["architecture"] = info["architecture"].fillna(info["name"].str.split(":").str[1])
-info["seed"] = info["seed"].fillna(0).astype(int)
-display(Markdown(f"**{len(specs)} models** on **{len(manifest):,} images**; zoo preset `{zoo_preset}`."))
-cards[["name", "objective", "architecture", "seed", "epochs", "final_loss"]]
+zoo_note = f"; zoo preset `{zoo_preset}`" if not cards.empty else "; no zoo model"
+display(Markdown(f"**{len(specs)} model{'s' if len(specs) != 1 else ''}** on **{len(manifest):,} images**{zoo_note}."))
+other_models = [n for n in lineup.names if n not in zoo_model_names]
+notes = []
+if other_models:
+    notes.append(("Models besides the zoo: " if zoo_model_names else "Models: ") + ", ".join(
+        f"{code(n)}" + (f" (loaded as {code(specs[n])})" if specs[n] != n else "") for n in other_models) + ".")
+own_random = [n for n in other_models if n in random_names]
+if own_random:
+    one = len(own_random) == 1
+    notes.append(f"{names_list(own_random)} {'has' if one else 'have'} no trained weights (randomly initialised) "
+                 f"and {'serves' if one else 'serve'} as a random-init reference {'itself' if one else 'themselves'}.")
+if reference_names:
+    notes.append("Random-init references added (same architecture, no training): " + ", ".join(
+        f"{code(n)} for {names_list([m for m, r in random_of.items() if r == n])}" for n in reference_names) + ".")
+if notes:
+    display(Markdown(" ".join(notes)))
+has_random = skips.check(
+    "the comparisons against a random-init network",
+    None if random_names else "no model in this run has a random-init counterpart (ONNX files and Open-NSFW have "
+    "no separable architecture to re-initialise); add a timm, public:efficientnet_lite0 or zoo: model to run them")
+(cards[["name", "objective", "architecture", "seed", "epochs", "final_loss"]] if not cards.empty
+ else lineup.info[["name", "spec", "backend", "architecture"]])
 
 # %% [markdown]
 # ## The agreement matrix
@@ -81,47 +149,83 @@ cards[["name", "objective", "architecture", "seed", "epochs", "final_loss"]]
 # count as agreement.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mutual k-NN overlap between every pair of models in this run; chance is k/(N-1).", "name": "fig-02-4"}, "image": {"alt": "Heatmap of the pairwise mutual nearest-neighbour overlap between models"}}
-agreement_result, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups,
-                                                         return_per_image=True, scheduler=scheduler)
-matrix = agreement_result.overlap
-matrix.to_csv(results / "agreement_matrix.csv")
-chance = agreement.chance_overlap(len(manifest), k)
-fig, ax = plt.subplots(figsize=(0.45 * len(matrix) + 3, 0.45 * len(matrix) + 2))
-plots.agreement_heatmap(matrix, ax=ax)
-ax.set_title(f"Mutual {k}-NN overlap (chance {chance:.3f})")
-plt.show()
+largest_patient = int(manifest.groupby("patient_id").size().max())
+agreement_need = (
+    f"they need at least 2 models; this run has {len(specs)} ({', '.join(specs)})" if len(specs) < 2
+    else f"k = {k} neighbours outside each image's patient need more than {k} such images; the largest patient "
+         f"has {largest_patient} of the {len(manifest)} images" if len(manifest) - largest_patient <= k
+    else None)
+has_agreement = skips.check("the agreement analyses", agreement_need)
+if has_agreement:
+    agreement_result, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups,
+                                                             return_per_image=True, scheduler=scheduler)
+    matrix = agreement_result.overlap
+    matrix.to_csv(results / "agreement_matrix.csv")
+    chance = agreement.chance_overlap(len(manifest), k)
+    fig, ax = plt.subplots(figsize=(0.45 * len(matrix) + 3, 0.45 * len(matrix) + 2))
+    plots.agreement_heatmap(matrix, ax=ax)
+    ax.set_title(f"Mutual {k}-NN overlap (chance {chance:.3f})")
+    plt.show()
+
+
+def pair_overlap(a, b):
+    """Per-image overlap of two models (per_image holds each pair once, in the matrix's order)."""
+    return per_image[(a, b)] if (a, b) in per_image.columns else per_image[(b, a)]
+
 
 # %% tags=["hide-input"]
-approximate = {name: info for name, info in agreement_result.search.items() if info["index"] != "exact"}
-if approximate:
-    worst = min(info["recall"] for info in approximate.values())
-    bound = agreement_result.max_error_bound
-    display(Markdown(f"Neighbours of {len(approximate)} model(s) come from an approximate index; the lowest "
-                     f"recall@{k} against exact search is {worst:.3f}, so an overlap above may be off by at most "
-                     f"{bound:.3f}."))
-else:
-    display(Markdown(f"Neighbours: exact search for every model ({len(manifest):,} images, below the "
-                     f"{ann.APPROX_THRESHOLD:,}-image threshold of the approximate index)."))
+if has_agreement:
+    approximate = {name: info for name, info in agreement_result.search.items() if info["index"] != "exact"}
+    if approximate:
+        worst = min(info["recall"] for info in approximate.values())
+        bound = agreement_result.max_error_bound
+        display(Markdown(f"Neighbours of {len(approximate)} model(s) come from an approximate index; the lowest "
+                         f"recall@{k} against exact search is {worst:.3f}, so an overlap above may be off by at most "
+                         f"{bound:.3f}."))
+    else:
+        display(Markdown(f"Neighbours: exact search for every model ({len(manifest):,} images, below the "
+                         f"{ann.APPROX_THRESHOLD:,}-image threshold of the approximate index)."))
+    upper = np.triu_indices(len(matrix), 1)
+    pair_values = pd.Series(matrix.to_numpy()[upper],
+                            index=[(matrix.index[i], matrix.index[j]) for i, j in zip(*upper)])
+    low_pair, high_pair = pair_values.idxmin(), pair_values.idxmax()
+    display(Markdown(
+        f"Over the {len(pair_values)} pairs of models the overlap runs from {pair_values.min():.3f} "
+        f"({code(low_pair[0])} vs {code(low_pair[1])}) to {pair_values.max():.3f} ({code(high_pair[0])} vs "
+        f"{code(high_pair[1])}), {pair_values.max() / chance:.1f} times chance ({chance:.3f})." if len(pair_values) > 1
+        else f"The one pair, {code(low_pair[0])} vs {code(low_pair[1])}, shares {pair_values.iloc[0]:.3f} of its "
+             f"{k} neighbours, {pair_values.iloc[0] / chance:.1f} times chance ({chance:.3f})."))
 
 # %% [markdown]
 # Each model's mean agreement with every other model, against the random
 # networks' level and chance:
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Each model's mean agreement with the other models, beside the random-init reference.", "name": "fig-02-6"}, "image": {"alt": "Bar chart of each model's mean mutual k-NN overlap with the other models"}}
-off_diagonal = matrix.where(~np.eye(len(matrix), dtype=bool))
-mean_agreement = off_diagonal.mean(axis=1).rename("mean overlap with the others")
-random_names = [n for n in matrix.index if n.startswith("random")]
-random_pairs = [matrix.loc[a, b] for a, b in combinations(random_names, 2)]
-random_level = float(np.mean(random_pairs)) if random_pairs else float("nan")
-fig, ax = plt.subplots(figsize=(7, 0.3 * len(matrix) + 1))
-order = mean_agreement.sort_values()
-ax.barh(order.index, order.values, color=["#c44e52" if n in random_names else "#4c72b0" for n in order.index])
-ax.axvline(chance, color="grey", linestyle=":", label=f"chance {chance:.3f}")
-if random_pairs:
-    ax.axvline(random_level, color="#c44e52", linestyle="--", label=f"random-init pairs {random_level:.3f}")
-ax.set(xlabel=f"mean mutual {k}-NN overlap with the other models")
-ax.legend(frameon=False)
-plt.show()
+if has_agreement:
+    off_diagonal = matrix.where(~np.eye(len(matrix), dtype=bool))
+    mean_agreement = off_diagonal.mean(axis=1).rename("mean overlap with the others")
+    random_pairs = [matrix.loc[a, b] for a, b in combinations(random_names, 2)]
+    random_level = float(np.mean(random_pairs)) if random_pairs else float("nan")
+    fig, ax = plt.subplots(figsize=(7, max(0.3 * len(matrix) + 1, 2.8)))
+    order = mean_agreement.sort_values()
+    ax.barh(order.index, order.values, color=["#c44e52" if n in random_names else "#4c72b0" for n in order.index])
+    ax.axvline(chance, color="grey", linestyle=":", label=f"chance {chance:.3f}")
+    if random_pairs:
+        ax.axvline(random_level, color="#c44e52", linestyle="--", label=f"random-init pairs {random_level:.3f}")
+    ax.set(xlabel=f"mean mutual {k}-NN overlap with the other models")
+    ax.legend(frameon=False)
+    plt.show()
+    trained = order.drop(random_names)
+    floor = (f"{len(random_pairs)} pair(s) of random-init networks share {random_level:.3f} on average"
+             if random_pairs else f"{names_list(random_names)} is the only random-init network"
+             if random_names else "there is no random-init network in this run")
+    display(Markdown(
+        (f"Among the trained models, {code(trained.index[-1])} agrees most with the others (mean "
+         f"{trained.iloc[-1]:.3f}) and {code(trained.index[0])} least ({trained.iloc[0]:.3f}); " if len(trained) > 1
+         else f"The one trained model, {code(trained.index[0])}, shares {trained.iloc[0]:.3f} of its neighbours "
+              "with the others on average; " if len(trained)
+         else "Every model in this run is randomly initialised; ")
+        + f"{floor}, and chance is {chance:.3f}."))
 
 # %% [markdown]
 # ## This run beside the paper
@@ -130,8 +234,8 @@ plt.show()
 # radiographs, public models) beside the same quantities in this run.
 
 # %% tags=["hide-input"]
-zoo_info = info[~info["name"].str.contains(":")]
-zoo_pairs = agreement.convergence_pairs(matrix.loc[zoo_info["name"], zoo_info["name"]], zoo_info)
+no_matrix = "not computed ({} in this run)".format(
+    "fewer than 2 models" if len(specs) < 2 else "too few images outside each patient")
 
 
 def within_objective(objective, architecture="cnn_small"):
@@ -143,75 +247,158 @@ def within_objective(objective, architecture="cnn_small"):
 def first_pair(objective, architecture="cnn_small"):
     rows = zoo_pairs[(zoo_pairs["objective_a"] == objective) & (zoo_pairs["objective_b"] == objective)
                      & (zoo_pairs["architecture"] == architecture)]
-    return rows.iloc[0]["model_a"], rows.iloc[0]["model_b"]
+    return (rows.iloc[0]["model_a"], rows.iloc[0]["model_b"]) if len(rows) else None
 
 
-def value_range(values):
-    return f"{min(values):.3f}-{max(values):.3f}" if values else "n/a"
+def value_range(values, what):
+    if not has_agreement:
+        return no_matrix
+    if zoo_info.empty:
+        return "not computed (no zoo models in this run)"
+    return f"{min(values):.3f}-{max(values):.3f}" if values else f"not computed (no zoo {what} pairs in this run)"
 
 
-public_pair = ("public:efficientnet_lite0", "public:open_nsfw")
-public_ci = agreement.overlap_ci(
-    agreement.mutual_knn_overlap_per_image(embeddings[public_pair[0]], embeddings[public_pair[1]],
-                                           k=k, exclude_groups=groups),
-    groups=groups, n_resamples=n_resamples, random_state=seed)
-random_public = matrix.loc["public:efficientnet_lite0", "random:efficientnet_lite0"]
+zoo_pairs = (agreement.convergence_pairs(matrix.loc[zoo_info["name"], zoo_info["name"]], zoo_info)
+             if has_agreement and len(zoo_info) else pd.DataFrame(columns=["model_a", "model_b", "architecture",
+                                                                              "objective_a", "objective_b",
+                                                                              "seed_a", "seed_b", "overlap"]))
+# The pair the single-pair analyses study: requested models before the added references, other models before
+# the zoo, trained before random (by default the two public networks).
+candidates = [n for n in lineup.names if n not in reference_names]
+candidates = sorted(candidates, key=lambda n: (n in zoo_model_names, n in random_names))
+focus_pair = tuple(candidates[:2]) if len(candidates) >= 2 else None
+pretrained = [n for n in candidates if n not in zoo_model_names and n not in random_names]
+public_pair = tuple(pretrained[:2]) if len(pretrained) >= 2 else None
+if has_agreement and public_pair:
+    public_ci = agreement.overlap_ci(
+        agreement.mutual_knn_overlap_per_image(embeddings[public_pair[0]], embeddings[public_pair[1]],
+                                               k=k, exclude_groups=groups),
+        groups=groups, n_resamples=n_resamples, random_state=seed)
+    public_value = f"{public_ci.estimate:.3f} ({public_ci.low:.3f}-{public_ci.high:.3f})"
+else:
+    public_value = (no_matrix if not has_agreement
+                    else "not computed (fewer than two pretrained models besides the zoo in this run)")
+short_names = {"public:efficientnet_lite0": "EfficientNet-Lite0", "public:open_nsfw": "Open-NSFW"}
+with_reference = sorted((n for n in candidates if n in random_of), key=lambda n: n in zoo_model_names)
+if has_agreement and with_reference:
+    random_model = with_reference[0]
+    random_value = (f"{matrix.loc[random_model, random_of[random_model]]:.3f} "
+                    f"({short_names.get(random_model, random_model)} vs its random init)")
+    if random_pairs:
+        random_value += f"; random pairs {random_level:.3f}"
+else:
+    random_model = None
+    random_value = (no_matrix if not has_agreement
+                    else "not computed (no random-init reference in this run)" if not random_names
+                    else "not computed (no trained model with a random-init counterpart in this run)")
 ssl_values = within_objective("contrastive") + within_objective("self_distillation")
 headline = pd.DataFrame(
     [
-        ("public models share, of 10 neighbours", f"{paper.value('public_pair_overlap'):.3f}",
-         f"{public_ci.estimate:.3f} ({public_ci.low:.3f}-{public_ci.high:.3f})"),
-        ("a randomly initialised network", f"{paper.value('random_init_overlap'):.3f}",
-         f"{random_public:.3f} (EfficientNet-Lite0 vs its random init); random pairs {random_level:.3f}"),
+        ("public models share, of 10 neighbours", f"{paper.value('public_pair_overlap'):.3f}", public_value),
+        ("a randomly initialised network", f"{paper.value('random_init_overlap'):.3f}", random_value),
         ("label-supervised models differing only in seed",
          f"{paper.value('supervised_seed_overlap_low'):.3f}-{paper.value('supervised_seed_overlap_high'):.3f}",
-         value_range(within_objective("supervised_multilabel"))),
+         value_range(within_objective("supervised_multilabel"), "supervised seed")),
         ("self-supervised pairs (same objective, other seed)",
-         f"{paper.value('ssl_pair_overlap_low'):.3f}-{paper.value('ssl_pair_overlap_high'):.3f}", value_range(ssl_values)),
-        ("chance k/(N-1)", "", f"{chance:.4f}"),
+         f"{paper.value('ssl_pair_overlap_low'):.3f}-{paper.value('ssl_pair_overlap_high'):.3f}",
+         value_range(ssl_values, "self-supervised seed")),
+        ("chance k/(N-1)", "", f"{agreement.chance_overlap(len(manifest), k):.4f}"),
     ],
-    columns=["quantity", "paper (CRS-Bench)", "this run (phantom)"],
+    columns=["quantity", "paper (CRS-Bench)", f"this run ({'phantom' if on_phantom else 'your data'})"],
 )
 headline.to_csv(results / "headline.csv", index=False)
-headline
+display(headline)
+read = []
+if has_agreement and public_pair:
+    read.append(f"The public-models row of this run compares {code(public_pair[0])} with {code(public_pair[1])} (95% "
+                f"interval from {n_resamples} bootstrap resamples of patients).")
+if random_model:
+    read.append(f"The random-init row compares {code(random_model)} with its random-init counterpart "
+                f"{code(random_of[random_model])}.")
+if read:
+    display(Markdown(" ".join(read)))
 
 # %% [markdown]
 # ## What agreement follows: source, view, findings
 #
-# For the public pair, how much of the per-image overlap does each factor
-# explain? The variance share is the R² of the per-image overlap on that
-# factor alone (one-hot), with a bootstrap CI over images; the table below
-# it gives the mean overlap per level.
+# For one pair of models (the two public networks by default), how much of
+# the per-image overlap does each factor explain? The variance share is the
+# R² of the per-image overlap on that factor alone (one-hot), with a
+# bootstrap CI over images; the table below it gives the mean overlap per
+# level.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Share of the per-image overlap variance explained by source, view and findings (R², 95% CI).", "name": "fig-02-10"}, "image": {"alt": "Bar charts of the overlap variance explained by image attributes"}}
-public_per_image = per_image[public_pair]
-finding_columns = [c for c in manifest.columns if c.startswith("finding_")]
-factors = ["source", "view"] + finding_columns
-shares = subgroups.overlap_variance_shares(public_per_image.to_numpy(), manifest, columns=factors,
-                                           n_resamples=min(n_resamples, 200), random_state=seed)
-shares.to_csv(results / "variance_shares.csv", index=False)
-by_level = subgroups.overlap_by_subgroup(public_per_image.to_numpy(), manifest, columns=["source", "view"],
-                                         groups=groups, n_resamples=n_resamples, random_state=seed)
-by_level.to_csv(results / "overlap_by_subgroup.csv", index=False)
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-plot_shares = shares[shares["factor"] != "(all factors)"].sort_values("share_alone")
-axes[0].barh(plot_shares["factor"].str.removeprefix("finding_"), plot_shares["share_alone"],
-             xerr=[plot_shares["share_alone"] - plot_shares["share_alone_low"],
-                   plot_shares["share_alone_high"] - plot_shares["share_alone"]], color="#4c72b0")
-axes[0].set(xlabel="share of per-image overlap variance explained (R², 95% CI)",
-            title="Public pair: what agreement follows")
-plots.subgroup_overlap(by_level, chance=chance, ax=axes[1])
-axes[1].set_title("Public pair: overlap by source and view")
-fig.tight_layout()
-plt.show()
+targets, targets_left_out = probes.probe_targets(manifest, random_state=seed)
+has_pair = has_agreement and skips.check(
+    "the analyses of one pair of models (what agreement follows, other similarity measures)",
+    None if focus_pair else f"they need two requested models; this run asked for {len(candidates)} "
+    f"({', '.join(candidates)}) besides the random-init references; list another one in `models`")
+shares = by_level = None
+if has_pair:
+    focus_per_image = pair_overlap(*focus_pair).to_numpy()
+    level_columns = [c for c in ("source", "view")
+                     if skips.check(f"the overlap by {c}", unmet_need(manifest, varying=[c]))]
+    finding_columns = [c for c in manifest.columns if c.startswith("finding_")]
+    target_factors = ([c for c in finding_columns if unmet_need(manifest, varying=[c]) is None] if finding_columns
+                      else ["label"] if unmet_need(manifest, varying=["label"]) is None else [])
+    factors = level_columns + target_factors
+    if skips.check("the variance shares of the per-image overlap",
+                   None if factors else "no `source`, `view`, finding_* or `label` column of the manifest has two "
+                   "different values; add one to run it"):
+        shares = subgroups.overlap_variance_shares(focus_per_image, manifest, columns=factors,
+                                                   n_resamples=min(n_resamples, 200), random_state=seed)
+        shares.to_csv(results / "variance_shares.csv", index=False)
+    if level_columns:
+        by_level = subgroups.overlap_by_subgroup(focus_per_image, manifest, columns=level_columns,
+                                                 groups=groups, n_resamples=n_resamples, random_state=seed)
+        by_level.to_csv(results / "overlap_by_subgroup.csv", index=False)
+panels = [p for p in (shares, by_level) if p is not None]
+if panels:
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
+    axes = list(axes[0])
+    public_focus = focus_pair == ("public:efficientnet_lite0", "public:open_nsfw")
+    if not public_focus:
+        fig.suptitle(f"{focus_pair[0]} vs {focus_pair[1]}")
+    if shares is not None:
+        ax = axes.pop(0)
+        plot_shares = shares[shares["factor"] != "(all factors)"].sort_values("share_alone")
+        ax.barh(plot_shares["factor"].astype(str).str.removeprefix("finding_"), plot_shares["share_alone"],
+                xerr=[plot_shares["share_alone"] - plot_shares["share_alone_low"],
+                      plot_shares["share_alone_high"] - plot_shares["share_alone"]], color="#4c72b0")
+        ax.set(xlabel="share of per-image overlap variance explained (R², 95% CI)",
+               title="Public pair: what agreement follows" if public_focus else "What agreement follows")
+    if by_level is not None:
+        ax = axes.pop(0)
+        plots.subgroup_overlap(by_level, chance=chance, ax=ax)
+        by_what = f"overlap by {' and '.join(level_columns)}"
+        ax.set_title(f"Public pair: {by_what}" if public_focus else by_what.capitalize())
+    fig.tight_layout()
+    plt.show()
 
 # %% tags=["hide-input"]
-shares.round(4)
+if shares is not None:
+    display(shares.round(4))
+    factor_rows = shares[shares["factor"] != "(all factors)"].set_index("factor")
+    top = factor_rows["share_alone"].idxmax()
+    joint = shares.set_index("factor").loc["(all factors)"]
+    top_share = (f"{factor_rows.loc[top, 'share_alone']:.3f} (95% CI {factor_rows.loc[top, 'share_alone_low']:.3f}-"
+                 f"{factor_rows.loc[top, 'share_alone_high']:.3f})")
+    display(Markdown(
+        f"For {code(focus_pair[0])} vs {code(focus_pair[1])}, "
+        + (f"{code(top)} alone explains the largest share of the per-image overlap variance, {top_share}; the "
+           f"{len(factor_rows)} factors together explain {joint['share_alone']:.3f}." if len(factor_rows) > 1
+           else f"{code(top)} explains {top_share} of the per-image overlap variance.")))
+if by_level is not None:
+    spread = by_level.groupby("column")["mean"].agg(["min", "max", "size"])
+    display(Markdown("Mean overlap per level: " + "; ".join(
+        f"{code(column)} {row['min']:.3f}-{row['max']:.3f} over {int(row['size'])} levels"
+        for column, row in spread.iterrows()) + f" (chance {chance:.3f})."))
 
 # %% [markdown]
 # ## Is agreement tied to accuracy?
 #
-# Each model's linear-probe AUROC per finding (logistic regression on a
+# Each model's linear-probe AUROC per finding (or for a two-class `label`
+# when the manifest has no `finding_*` columns; logistic regression on a
 # patient-level split), and the association between the agreement matrix
 # and the matrix of accuracy differences. Pairs of models are not
 # independent observations (each model appears in M-1 pairs), so the
@@ -219,64 +406,110 @@ shares.round(4)
 # the Spearman correlation over pairs is shown beside it for reference.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of each pair of models against the difference of their linear-probe AUROCs.", "name": "fig-02-12"}, "image": {"alt": "Scatter plot of pairwise overlap against the difference in probe accuracy"}}
-probe = pd.DataFrame({
-    name: probes.linear_probe_auroc(X, manifest[finding_columns], groups=groups, random_state=seed).auroc
-    for name, X in embeddings.items()
-}).T
-probe["mean AUROC"] = probe.mean(axis=1)
-probe.to_csv(results / "linear_probe_auroc.csv")
-association = agreement.accuracy_agreement_association(agreement_result, probe["mean AUROC"], random_state=seed)
-pd.Series(association, dtype=object).to_frame("value").to_csv(results / "accuracy_association.csv")
-fig, ax = plt.subplots(figsize=(5, 4))
-accuracy_gap = np.abs(probe["mean AUROC"].to_numpy()[:, None] - probe["mean AUROC"].to_numpy()[None, :])
-upper = np.triu_indices(len(matrix), 1)
-ax.scatter(accuracy_gap[upper], matrix.to_numpy()[upper], s=12, alpha=0.7)
-ax.set(xlabel="|difference in mean linear-probe AUROC|", ylabel=f"mutual {k}-NN overlap")
-plt.show()
+probe = association = None
+for column, reason in targets_left_out.items():
+    if not targets.empty:
+        skips.check(f"the linear probe of {column}", reason)
+if skips.check("the linear probe", None if not targets.empty else next(iter(targets_left_out.values()))):
+    probe = pd.DataFrame({
+        name: probes.linear_probe_auroc(X, targets, groups=groups, random_state=seed).auroc
+        for name, X in embeddings.items()
+    }).T
+    probe["mean AUROC"] = probe.mean(axis=1)
+    probe.to_csv(results / "linear_probe_auroc.csv")
+    scored = probe["mean AUROC"].dropna()
+    association_need = (
+        "the agreement matrix was not computed" if not has_agreement
+        else f"it needs at least 3 models with a probe AUROC; this run has {len(scored)}" if len(scored) < 3
+        else None)
+    if skips.check("the association of agreement with accuracy", association_need):
+        association = agreement.accuracy_agreement_association(matrix.loc[scored.index, scored.index], scored,
+                                                               random_state=seed)
+        pd.Series(association, dtype=object).to_frame("value").to_csv(results / "accuracy_association.csv")
+        fig, ax = plt.subplots(figsize=(5, 4))
+        accuracy_gap = np.abs(scored.to_numpy()[:, None] - scored.to_numpy()[None, :])
+        upper = np.triu_indices(len(scored), 1)
+        ax.scatter(accuracy_gap[upper], matrix.loc[scored.index, scored.index].to_numpy()[upper], s=12, alpha=0.7)
+        ax.set(xlabel="|difference in mean linear-probe AUROC|", ylabel=f"mutual {k}-NN overlap")
+        plt.show()
 
 # %% tags=["hide-input"]
-display(Markdown(
-    f"Mantel test over {association['n_models']} models: r = {association['mantel_r']:.3f}, "
-    f"p = {association['mantel_p']:.3f} ({association['n_permutations']} permutations); "
-    f"Spearman over the {association['n_pairs']} pairs, for reference only: {association['spearman_r']:.3f}. "
-    "The paper reports that agreement is not tied to accuracy."
-))
-random_auroc = probe.loc[[n for n in probe.index if n.startswith("random")], "mean AUROC"].max()
-below_random = [n for n in probe.index if not n.startswith("random") and probe.loc[n, "mean AUROC"] < random_auroc]
-if below_random:
+if association is not None:
     display(Markdown(
-        f"Trained models whose probe AUROC is below the best random network's ({random_auroc:.3f}) in this run: "
-        + ", ".join(f"`{n}`" for n in below_random)
-        + ". Their objective did not learn the findings on this small phantom; their agreement numbers "
-        "describe what they did learn, not what the objective learns at scale."
+        f"Mantel test over {association['n_models']} models: r = {association['mantel_r']:.3f}, "
+        f"p = {association['mantel_p']:.3f} ({association['n_permutations']} permutations); "
+        f"Spearman over the {association['n_pairs']} pairs, for reference only: {association['spearman_r']:.3f}. "
+        + (f"With {association['n_models']} models there are only {association['n_permutations']} orderings "
+           f"to permute, so no p-value below {1 / association['n_permutations']:.3f} is possible. "
+           if association["exact"] else "")
+        + "The paper reports that agreement is not tied to accuracy."
     ))
-probe[["mean AUROC"]].sort_values("mean AUROC", ascending=False).round(3).T
+if probe is not None:
+    probed = ", ".join(code(c) for c in targets.columns)
+    random_scored = [n for n in probe.index if n in random_names and np.isfinite(probe.loc[n, "mean AUROC"])]
+    if random_scored:
+        random_auroc = probe.loc[random_scored, "mean AUROC"].max()
+        below_random = [n for n in probe.index if n not in random_names and probe.loc[n, "mean AUROC"] < random_auroc]
+        if below_random:
+            display(Markdown(
+                f"Trained models whose probe AUROC is below the best random network's ({random_auroc:.3f}) in this "
+                "run: " + names_list(below_random) + ". "
+                + ("Their objective did not learn the findings on this small phantom; their agreement numbers "
+                   "describe what they did learn, not what the objective learns at scale." if on_phantom else
+                   f"On these images their features separate {probed} no better than a random network's; their "
+                   "agreement numbers describe what they did learn, not what they were trained for.")
+            ))
+    display(probe[["mean AUROC"]].sort_values("mean AUROC", ascending=False).round(3).T)
+    best, worst = probe["mean AUROC"].idxmax(), probe["mean AUROC"].idxmin()
+    display(Markdown(
+        f"Mean test AUROC over {probed} ({len(targets.columns)} target(s)): highest {code(best)} "
+        f"{probe.loc[best, 'mean AUROC']:.3f}, lowest {code(worst)} {probe.loc[worst, 'mean AUROC']:.3f}."))
 
 # %% [markdown]
 # ## Convergence by objective and seed
 #
 # Do models trained with the same objective but different seeds converge on
 # the same neighbours, more than models trained with different objectives?
+# (This needs zoo models: encoders trained here that differ in one factor at
+# a time.)
 
 # %% tags=["hide-input"]
-convergence = agreement.convergence_table(matrix.loc[zoo_info["name"], zoo_info["name"]], zoo_info)
-convergence.to_csv(results / "convergence.csv", index=False)
-convergence.round(3)
+convergence = None
+if has_agreement and skips.check(
+        "the convergence by objective and seed",
+        "there are no zoo models in this run; add zoo:* (or several zoo: models) to `models` to run it"
+        if zoo_info.empty else "no two zoo models of this run share an architecture" if zoo_pairs.empty else None):
+    convergence = agreement.convergence_table(matrix.loc[zoo_info["name"], zoo_info["name"]], zoo_info)
+    convergence.to_csv(results / "convergence.csv", index=False)
+    display(convergence.round(3))
+    pooled = convergence[convergence["objective"] == "(all)"].set_index("architecture")
+    display(Markdown("Pooled over objectives: " + "; ".join(
+        f"{code(arch)}: same objective, other seed {row['within_mean']:.3f} over {int(row['n_within'])} pair(s) "
+        f"vs other objective {row['across_mean']:.3f} over {int(row['n_across'])}"
+        if row["n_within"] else f"{code(arch)}: no two seeds of one objective; other objectives "
+        f"{row['across_mean']:.3f} over {int(row['n_across'])} pair(s)"
+        for arch, row in pooled.iterrows()) + "."))
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of models that differ only in seed, and of models that differ in objective.", "name": "fig-02-15"}, "image": {"alt": "Strip plot of overlaps within and across training objectives"}}
-same_objective = zoo_pairs["objective_a"] == zoo_pairs["objective_b"]
-first_seeds = (zoo_pairs["seed_a"] == 0) & (zoo_pairs["seed_b"] == 0)
-pairs = pd.concat([
-    zoo_pairs[same_objective].sort_values(["objective_a", "architecture"], kind="stable")
-    .assign(objective=lambda t: t["objective_a"], pair="same objective, other seed"),
-    zoo_pairs[~same_objective & first_seeds].assign(objective=lambda t: t["objective_a"], pair="other objective"),
-])
-fig, ax = plt.subplots(figsize=(8, 3.8))
-sns.stripplot(data=pairs, y="objective", x="overlap", hue="pair", dodge=True, ax=ax, size=5)
-ax.axvline(chance, color="grey", linestyle=":")
-ax.set(xlabel=f"mutual {k}-NN overlap", ylabel="")
-ax.legend(frameon=False, fontsize=8)
-plt.show()
+if convergence is not None:
+    same_objective = zoo_pairs["objective_a"] == zoo_pairs["objective_b"]
+    first_seeds = (zoo_pairs["seed_a"] == 0) & (zoo_pairs["seed_b"] == 0)
+    pairs = pd.concat([
+        zoo_pairs[same_objective].sort_values(["objective_a", "architecture"], kind="stable")
+        .assign(objective=lambda t: t["objective_a"], pair="same objective, other seed"),
+        zoo_pairs[~same_objective & first_seeds].assign(objective=lambda t: t["objective_a"], pair="other objective"),
+    ])
+    if len(pairs):
+        fig, ax = plt.subplots(figsize=(8, 3.8))
+        sns.stripplot(data=pairs, y="objective", x="overlap", hue="pair", dodge=True, ax=ax, size=5)
+        ax.axvline(chance, color="grey", linestyle=":")
+        ax.set(xlabel=f"mutual {k}-NN overlap", ylabel="")
+        ax.legend(frameon=False, fontsize=8)
+        plt.show()
+        kinds = pairs.groupby("pair", sort=False)["overlap"].agg(["mean", "size"])
+        display(Markdown("In the plot: " + "; ".join(
+            f"{kind}: mean {row['mean']:.3f} over {int(row['size'])} pair(s)" for kind, row in kinds.iterrows())
+            + f" (chance {chance:.3f})."))
 
 # %% [markdown]
 # ## Other views of similarity
@@ -287,34 +520,65 @@ plt.show()
 # and the overlap depends on k.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Other similarity measures (debiased CKA, CKNNA, Jaccard) and the overlap as k grows.", "name": "fig-02-17"}, "image": {"alt": "Heatmaps of other similarity measures and a line plot of overlap against k"}}
-rows = []
-for a, b in [public_pair, first_pair("supervised_multilabel"), first_pair("contrastive")]:
-    rows.append({
-        "pair": f"{a} vs {b}",
-        "mutual kNN overlap": matrix.loc[a, b],
-        "Jaccard kNN": similarity.jaccard_knn(embeddings[a], embeddings[b], k=k),
-        "debiased linear CKA": similarity.linear_cka(embeddings[a], embeddings[b]),
-        "CKNNA": similarity.cknna(embeddings[a], embeddings[b], k=k),
-    })
-metrics = pd.DataFrame(rows)
-metrics.to_csv(results / "similarity_metrics.csv", index=False)
-sweep = agreement.k_sweep(embeddings[public_pair[0]], embeddings[public_pair[1]]).table
-sweep.to_csv(results / "k_sweep.csv", index=False)
-fig, ax = plt.subplots(figsize=(5, 3.5))
-ax.plot(sweep["k"], sweep["overlap"], marker="o", label="public pair")
-ax.plot(sweep["k"], sweep["chance"], linestyle=":", color="grey", label="chance")
-ax.set(xscale="log", xlabel="k", ylabel="mutual kNN overlap")
-ax.legend(frameon=False)
-plt.show()
+metrics = sweep = None
+if has_pair:
+    rows = []
+    for pair in dict.fromkeys([focus_pair, first_pair("supervised_multilabel"), first_pair("contrastive")]):
+        if pair is None:
+            continue
+        a, b = pair
+        rows.append({
+            "pair": f"{a} vs {b}",
+            "mutual kNN overlap": matrix.loc[a, b],
+            "Jaccard kNN": similarity.jaccard_knn(embeddings[a], embeddings[b], k=k),
+            "debiased linear CKA": similarity.linear_cka(embeddings[a], embeddings[b]),
+            "CKNNA": similarity.cknna(embeddings[a], embeddings[b], k=k),
+        })
+    metrics = pd.DataFrame(rows)
+    metrics.to_csv(results / "similarity_metrics.csv", index=False)
+    sweep = agreement.k_sweep(embeddings[focus_pair[0]], embeddings[focus_pair[1]]).table
+    sweep.to_csv(results / "k_sweep.csv", index=False)
+    fig, ax = plt.subplots(figsize=(5, 3.5))
+    ax.plot(sweep["k"], sweep["overlap"], marker="o",
+            label="public pair" if focus_pair == public_pair else f"{focus_pair[0]} vs {focus_pair[1]}")
+    ax.plot(sweep["k"], sweep["chance"], linestyle=":", color="grey", label="chance")
+    ax.set(xscale="log", xlabel="k", ylabel="mutual kNN overlap")
+    ax.legend(frameon=False)
+    plt.show()
 
 # %% tags=["hide-input"]
-metrics.round(3)
+if metrics is not None:
+    display(metrics.round(3))
+    first, last = sweep.iloc[0], sweep.iloc[-1]
+    cka, overlap = metrics["debiased linear CKA"], metrics["mutual kNN overlap"]
+    display(Markdown(
+        (f"Over {len(metrics)} pairs, debiased CKA runs {cka.min():.3f}-{cka.max():.3f} while the mutual {k}-NN "
+         f"overlap runs {overlap.min():.3f}-{overlap.max():.3f}. " if len(metrics) > 1 else
+         f"Debiased CKA is {cka.iloc[0]:.3f} and the mutual {k}-NN overlap {overlap.iloc[0]:.3f}. ")
+        + f"For {code(focus_pair[0])} vs {code(focus_pair[1])} the overlap goes from {first['overlap']:.3f} at k = "
+        f"{int(first['k'])} to {last['overlap']:.3f} at k = {int(last['k'])}, {last['overlap_over_chance']:.1f} "
+        f"times chance there ({last['chance']:.3f})."))
 
-# %% [markdown]
-# **Reading this run.** The phantom's images differ by construction in
-# acquisition site and view, and the small zoo models were trained on a few
-# hundred to a thousand images, so the absolute numbers are not comparable
-# with the study's; what carries over is the method and the reference
-# points: compare every pair with chance and with random networks, look at
-# what agreement follows, and never read a pair correlation over models as
-# if the pairs were independent.
+# %% tags=["hide-input"]
+if on_phantom:
+    display(Markdown(
+        "**Reading this run.** The phantom's images differ by construction in acquisition site and view, and the "
+        "small zoo models were trained on a few hundred to a thousand images, so the absolute numbers are not "
+        "comparable with the study's; what carries over is the method and the reference points: compare every "
+        "pair with chance and with random networks, look at what agreement follows, and never read a pair "
+        "correlation over models as if the pairs were independent."))
+else:
+    ran = [name for name, done in [("the agreement matrix", has_agreement), ("the single-pair analyses", has_pair),
+                                   ("the linear probe", probe is not None),
+                                   ("the accuracy association", association is not None),
+                                   ("the convergence by objective", convergence is not None)] if done]
+    display(Markdown(
+        f"**Reading this run.** {len(specs)} model(s) on {len(manifest):,} of your images"
+        + (f" ({len(zoo_model_names)} of them zoo models trained on the phantom, not on these images)"
+           if zoo_model_names else "")
+        + "; this run computed " + (", ".join(ran[:-1]) + " and " + ran[-1] if len(ran) > 1 else ran[0] if ran
+                                     else "no agreement analysis")
+        + (f"; it skipped {len(skips.records)} analysis(es), each with its reason above" if skips.records else "")
+        + ". The numbers are this data's and these models'; what carries over from the study is the method and "
+        "the reference points: compare every pair with chance and with random networks, look at what agreement "
+        "follows, and never read a pair correlation over models as if the pairs were independent."))

@@ -28,19 +28,23 @@
 #
 # so the backbone, which papers compare most, moved the headline least.
 #
-# This notebook runs the same grid on the **Kermany-like phantom**: a
-# single normal / pneumonia label, the folder layout
-# `chest_xray/{train,val,test}/{NORMAL,PNEUMONIA}`, a tiny official
-# validation split, a later acquisition batch in the official test split and
-# file encodings coupled to the label in the training pool. The backbones
-# are zoo encoders trained on the standard phantom (their "pretraining"
-# data), two ImageNet networks that ship in Python packages and a randomly
-# initialised network. Numbers below are this run's; the phantom is not
-# Kermany and does not reproduce the paper's values.
+# This notebook runs the same grid on the data it is given. By default that
+# is the **Kermany-like phantom**: a single normal / pneumonia label, the
+# folder layout `chest_xray/{train,val,test}/{NORMAL,PNEUMONIA}`, a tiny
+# official validation split, a later acquisition batch in the official test
+# split and file encodings coupled to the label in the training pool; the
+# phantom is not Kermany and does not reproduce the paper's values. With
+# `crs book --data` it runs on your images, which need a two-class `label`,
+# patient ids and a `split` column with train and test rows (a Kermany
+# `chest_xray/` folder has all three). The default backbones are zoo
+# encoders trained on the standard phantom (their "pretraining" data, never
+# the data studied here), two ImageNet networks that ship in Python
+# packages and a randomly initialised network; `--models` replaces them.
+# Numbers below are this run's.
 
 # %% tags=["parameters"]
-data = "phantom?patients=300&size=64&seed=0"
-kermany_data = "phantom?patients=400&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5"
+data = "phantom?patients=400&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5"
+zoo_data = "phantom?patients=300&size=64&seed=0"
 zoo_preset = "quick"
 public_size = 64
 backbones = ("zoo:supervised_multilabel-cnn_small-seed0,zoo:contrastive-cnn_small-seed0,"
@@ -58,6 +62,7 @@ seed = 0
 results_dir = "results/04_protocol_sensitivity"
 
 # %% tags=["hide-input"]
+import html
 import json
 from pathlib import Path
 
@@ -71,30 +76,71 @@ import crslib
 from crslib import metrics, paper, plots, protocol
 from crslib.data import load_data
 from crslib.embed import embed_models
-from crslib.errors import ModelError
+from crslib.errors import DataError, ModelError
+from crslib.models import finetune_classifier
+from crslib.models.lineup import resolve_models
+from crslib.needs import unmet_need
+from crslib.probes import class_codes
+from crslib.runner import SkipLog
 from crslib.stats import delong_test
-from crslib.models import finetune_classifier, train_zoo, with_image_size
 
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
+skips = SkipLog(results)
 seed_list = [int(s) for s in str(seeds).split(",") if s.strip()]
-backbone_list = [s.strip() for s in backbones.split(",") if s.strip()]
-
+is_phantom = str(data).startswith("phantom")
+on_data = "the Kermany-like phantom" if is_phantom else "this data"
 
 
 def short(spec: str) -> str:
     return spec.split(":", 1)[1].replace("-cnn_", " cnn_").replace("-seed0", "")
 
 
-train_zoo(load_data(data), preset=zoo_preset)  # the zoo's "pretraining" data (cached after notebook 02)
-manifest = load_data(kermany_data)
-y = manifest["label"].to_numpy().astype(int)
+def esc(text) -> str:
+    return html.escape(str(text))
+
+
+def code(text) -> str:
+    """User-given text (a spec, a file name, a class) shown literally in Markdown."""
+    return f"<code>{html.escape(str(text))}</code>"
+
+
+# the backbones: the zoo is trained (or reused) only for zoo: specs, on zoo_data, never on `data`
+lineup = resolve_models(backbones, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size))
+loadable = {("zoo:" + r.name if r.backend == "zoo" else r.name): r.spec for r in lineup.info.itertuples()}
+backbone_list = list(loadable)
+if reported_backbone not in loadable:
+    display(Markdown(f"The reported backbone {code(reported_backbone)} is not among this run's backbones; "
+                     f"the first one, {code(backbone_list[0])}, is reported instead."))
+    reported_backbone = backbone_list[0]
+manifest = load_data(data)
 groups = manifest["patient_id"].to_numpy()
-assignment, provenance = protocol.protocol_splits(manifest["split"], y, groups=groups, random_state=seed)
-manifest_p = manifest.assign(split=assignment)
-counts = pd.crosstab(pd.Series(assignment, name="partition"), pd.Series(np.where(y == 1, "pneumonia", "normal"), name="label"))
-display(Markdown(f"**Partitions.** {provenance}."))
-counts
+display(Markdown(
+    f"**Data.** {code(data)}: {len(manifest):,} images of {manifest['patient_id'].nunique():,} patients. "
+    f"**Backbones** ({len(backbone_list)}): " + ", ".join(f"{code(b)}" for b in backbone_list) + "."
+))
+
+# what the analyses need: a two-class label (several patients per class) and, for the grid, train and test rows
+# (a column the loader filled in, such as split 'unspecified', counts as missing)
+observed = manifest.drop(columns=manifest.attrs.get("filled_columns") or [])
+label_need = unmet_need(observed, binary="label", min_per_class=5, groups="patient_id")
+grid_need = label_need or unmet_need(observed, splits=["train", "test"])
+if label_need is None:
+    classes, y = class_codes(manifest["label"].to_numpy(dtype=object))
+    names = ["normal", "pneumonia"] if is_phantom and classes == [0, 1] else [str(c) for c in classes]
+    display(Markdown(f"**Label.** Positive class (1): {code(names[1])}; negative (0): {code(names[0])}."))
+if grid_need is None:
+    try:
+        assignment, provenance = protocol.protocol_splits(manifest["split"], y, groups=groups, random_state=seed)
+    except DataError as exc:  # a split name other than train/val/test, or one class in a partition
+        grid_need = str(exc)
+run_grid, run_partitions = grid_need is None, label_need is None
+if run_grid:
+    manifest_p = manifest.assign(split=assignment, label=y)
+    counts = pd.crosstab(pd.Series(assignment, name="partition"),
+                         pd.Series(np.asarray(names, dtype=object)[y], name="label"))
+    display(Markdown(f"**Partitions.** {provenance}."))
+    display(counts)
 
 # %% [markdown]
 # ## The grid
@@ -103,7 +149,7 @@ counts
 # a logistic-regression probe is fitted on the training rows (regularisation
 # chosen by patient-grouped cross-validation inside them). **Fine-tuned**:
 # the whole network plus a linear head is trained on the same rows with a
-# short CPU schedule (a few epochs at the phantom's size). The ONNX network
+# short CPU schedule (a few epochs at the images' size). An ONNX network
 # can only be used frozen. Each model is run with each seed (the probe's
 # inner folds; the fine-tuning's initialisation of the head and data order).
 #
@@ -114,30 +160,38 @@ counts
 # a 95 % patient-grouped bootstrap interval.
 
 # %% tags=["hide-input"]
-embeddings = embed_models(manifest, {spec: with_image_size(spec, public_size) for spec in backbone_list})
-frames, skipped = [], []
-for spec in backbone_list:
-    for s in seed_list:
-        prob, C = protocol.linear_probe(embeddings[spec], y, assignment, groups=groups, random_state=s)
-        frames.append(pd.DataFrame({"backbone": spec, "policy": "frozen", "seed": s,
-                                    "image_id": manifest["image_id"].astype(str), "patient_id": groups,
-                                    "split": assignment, "y_true": y, "prob": prob}))
-    for s in seed_list:
-        try:
-            tuned = finetune_classifier(manifest_p, with_image_size(spec, public_size), epochs=int(finetune_epochs), random_state=s)
-        except ModelError as exc:  # an ONNX graph cannot be trained: frozen only
-            skipped.append((spec, str(exc)))
-            break
-        frames.append(tuned.assign(backbone=spec, policy="finetuned", seed=s, patient_id=groups)[frames[0].columns])
-predictions = pd.concat(frames, ignore_index=True)
-predictions.to_csv(results / "predictions.csv", index=False)
-grid = protocol.protocol_grid(predictions, n_resamples=int(n_resamples), random_state=seed)
-grid.to_csv(results / "grid.csv", index=False)
-display(Markdown(
-    f"{predictions.groupby(['backbone', 'policy', 'seed']).ngroups} models, {len(grid):,} grid cells "
-    f"({grid['rule'].nunique()} threshold rules x {grid['metric'].nunique()} metrics per model). "
-    + "".join(f"Frozen only: `{spec}` ({reason.split(';')[0]})." for spec, reason in skipped)
-))
+embedded = backbone_list if run_grid else [reported_backbone] if run_partitions else []
+embeddings = embed_models(manifest, {spec: loadable[spec] for spec in embedded}) if embedded else {}
+if skips.check("the protocol grid (backbones x training policies x threshold rules)", grid_need):
+    frames = []
+    for spec in backbone_list:
+        for s in seed_list:
+            prob, C = protocol.linear_probe(embeddings[spec], y, assignment, groups=groups, random_state=s)
+            frames.append(pd.DataFrame({"backbone": spec, "policy": "frozen", "seed": s,
+                                        "image_id": manifest["image_id"].astype(str), "patient_id": groups,
+                                        "split": assignment, "y_true": y, "prob": prob}))
+        for s in seed_list:
+            try:
+                tuned = finetune_classifier(manifest_p, loadable[spec], epochs=int(finetune_epochs), random_state=s)
+            except ModelError as exc:  # an ONNX graph cannot be trained: frozen only
+                skips.check(f"the fine-tuned policy of {spec}", str(exc))
+                break
+            frames.append(tuned.assign(backbone=spec, policy="finetuned", seed=s, patient_id=groups)[frames[0].columns])
+    predictions = pd.concat(frames, ignore_index=True)
+    predictions.to_csv(results / "predictions.csv", index=False)
+    grid = protocol.protocol_grid(predictions, n_resamples=int(n_resamples), random_state=seed)
+    grid.to_csv(results / "grid.csv", index=False)
+    policies = [p for p in ("frozen", "finetuned") if p in set(predictions["policy"])]
+    frozen_only = [b for b in backbone_list if not (predictions[predictions.backbone == b].policy == "finetuned").any()]
+    display(Markdown(
+        f"{predictions.groupby(['backbone', 'policy', 'seed']).ngroups} models, {len(grid):,} grid cells "
+        f"({grid['rule'].nunique()} threshold rules x {grid['metric'].nunique()} metrics per model). "
+        + "".join(f"Frozen only: {code(spec)}." for spec in frozen_only)
+    ))
+    if reported_policy not in set(predictions[predictions.backbone == reported_backbone].policy):
+        display(Markdown(f"The reported backbone {code(reported_backbone)} has no {esc(reported_policy)} model; "
+                         "its frozen one is reported instead."))
+        reported_policy = "frozen"
 
 # %% [markdown]
 # ## Frozen vs fine-tuned, backbone by backbone
@@ -146,49 +200,72 @@ display(Markdown(
 # backbones and the gap between the two policies are the two effects the
 # paper compares.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Test AUROC (95% patient-grouped bootstrap CI) of each backbone, frozen and fine-tuned, on the Kermany-like phantom.", "name": "fig-04-6"}, "image": {"alt": "Dot plot with intervals of test AUROC per backbone and training policy"}}
-head = protocol.headline_table(grid, rule=reported_rule).reset_index()
-head["backbone"] = head["backbone"].map(short)
-order = head[head.policy == "frozen"].sort_values("auroc")["backbone"].tolist()
-fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(order) + 1.2))
-for offset, (policy, colour) in zip((-0.15, 0.15), (("frozen", "#4c72b0"), ("finetuned", "#dd8452"))):
-    part = head[head.policy == policy].set_index("backbone").reindex(order).dropna(subset=["auroc"])
-    ypos = np.array([order.index(b) for b in part.index]) + offset
-    plots.interval_dots(part["auroc"], part["auroc_low"], part["auroc_high"], positions=ypos, ax=ax, color=colour,
-                        label=policy)
-ax.set_yticks(range(len(order)), order)
-ax.set_xlabel("test AUROC (95% patient-grouped bootstrap CI)")
-ax.legend(frameon=False, loc="lower right")
-ax.set_title("Backbone x training policy on the Kermany-like phantom", fontsize=10)
-fig.tight_layout()
-plt.show()
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Test AUROC (95% patient-grouped bootstrap CI) of each backbone, frozen and fine-tuned, on the chapter's data (by default the Kermany-like phantom).", "name": "fig-04-6"}, "image": {"alt": "Dot plot with intervals of test AUROC per backbone and training policy"}}
+if skips.check("the comparison of frozen and fine-tuned backbones", grid_need):
+    head = protocol.headline_table(grid, rule=reported_rule).reset_index()
+    head["backbone"] = head["backbone"].map(short)
+    order = head[head.policy == "frozen"].sort_values("auroc")["backbone"].tolist()
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(order) + 1.2))
+    for offset, (policy, colour) in zip((-0.15, 0.15), (("frozen", "#4c72b0"), ("finetuned", "#dd8452"))):
+        part = head[head.policy == policy].set_index("backbone").reindex(order).dropna(subset=["auroc"])
+        if part.empty:
+            continue
+        ypos = np.array([order.index(b) for b in part.index]) + offset
+        plots.interval_dots(part["auroc"], part["auroc_low"], part["auroc_high"], positions=ypos, ax=ax, color=colour,
+                            label=policy)
+    ax.set_yticks(range(len(order)), order)
+    ax.set_xlabel("test AUROC (95% patient-grouped bootstrap CI)")
+    ax.legend(frameon=False, loc="lower right")
+    ax.set_title(f"Backbone x training policy on {on_data}", fontsize=10)
+    fig.tight_layout()
+    plt.show()
 
 # %% tags=["hide-input"]
-table = head.set_index(["backbone", "policy"])[list(metrics.METRICS)].round(3)
-table.to_csv(results / "headline_by_backbone.csv")
-table
+if run_grid:
+    table = head.set_index(["backbone", "policy"])[list(metrics.METRICS)].round(3)
+    table.to_csv(results / "headline_by_backbone.csv")
+    display(table)
+    frozen_auc = head[head.policy == "frozen"].set_index("backbone")["auroc"]
+    tuned_auc = head[head.policy == "finetuned"].set_index("backbone")["auroc"]
+    change = (tuned_auc - frozen_auc.reindex(tuned_auc.index)).dropna()
+    display(Markdown(
+        f"Frozen test AUROC ({reported_rule} rule, mean over seeds) runs from {frozen_auc.min():.3f} "
+        f"({code(frozen_auc.idxmin())}) to {frozen_auc.max():.3f} ({code(frozen_auc.idxmax())}). "
+        + (f"Fine-tuning changed it by {change.mean():+.3f} on average over {len(change)} backbone(s) "
+           f"({change.min():+.3f} to {change.max():+.3f}); higher after fine-tuning for {int((change > 0).sum())} "
+           f"of {len(change)}."
+           if len(change) else "No backbone was fine-tuned.")
+    ))
 
 # %% [markdown]
 # ## The decision threshold
 #
 # The same probabilities, five thresholds fitted on validation: balanced
-# accuracy on test for each backbone (frozen, first seed). AUROC does not
-# change with the threshold; everything a clinician would act on does.
+# accuracy on test for each backbone (first seed). AUROC does not change
+# with the threshold; everything a clinician would act on does.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Test balanced accuracy of each backbone under five threshold rules fitted on validation.", "name": "fig-04-8"}, "image": {"alt": "Dot plots of balanced accuracy per backbone and threshold rule, frozen and fine-tuned"}}
-ba = grid[(grid.metric == "balanced_accuracy") & (grid.seed == seed_list[0])].copy()
-ba["backbone"] = ba["backbone"].map(short)
-fig, axes = plt.subplots(1, 2, figsize=(11, 0.45 * len(order) + 1.6), sharey=True)
-for ax, policy in zip(axes, ("frozen", "finetuned")):
-    part = ba[ba.policy == policy]
-    sns.pointplot(data=part, x="value", y="backbone", hue="rule", order=order, dodge=0.5, linestyle="none",
-                  markers="o", ax=ax, legend=(policy == "finetuned"))
-    ax.set(xlabel="test balanced accuracy", ylabel="", title=policy)
-    ax.set_xlim(0.4, 1.0)
-axes[1].legend(title="threshold rule (fitted on validation)", fontsize=8, title_fontsize=8, frameon=False,
-               bbox_to_anchor=(1.02, 1), loc="upper left")
-fig.tight_layout()
-plt.show()
+if skips.check("the comparison of threshold rules", grid_need):
+    ba = grid[(grid.metric == "balanced_accuracy") & (grid.seed == seed_list[0])].copy()
+    ba["backbone"] = ba["backbone"].map(short)
+    fig, axes = plt.subplots(1, len(policies), figsize=(5.5 * len(policies), 0.45 * len(order) + 1.6), sharey=True,
+                             squeeze=False)
+    for ax, policy in zip(axes[0], policies):
+        part = ba[ba.policy == policy]
+        sns.pointplot(data=part, x="value", y="backbone", hue="rule", order=order, dodge=0.5, linestyle="none",
+                      markers="o", ax=ax, legend=(policy == policies[-1]))
+        ax.set(xlabel="test balanced accuracy", ylabel="", title=policy)
+        ax.set_xlim(min(0.4, ba["value"].min() - 0.02), 1.0)
+    axes[0][-1].legend(title="threshold rule (fitted on validation)", fontsize=8, title_fontsize=8, frameon=False,
+                       bbox_to_anchor=(1.02, 1), loc="upper left")
+    fig.tight_layout()
+    plt.show()
+    spread = ba.groupby(["backbone", "policy"])["value"].agg(lambda v: v.max() - v.min())
+    widest = spread.idxmax()
+    display(Markdown(
+        f"Between the five rules, test balanced accuracy moves by {spread.mean():.3f} on average per model "
+        f"(first seed), at most {spread.max():.3f} ({code(widest[0])}, {esc(widest[1])})."
+    ))
 
 # %% [markdown]
 # ## Effect summary: which choice moves the number most?
@@ -202,28 +279,32 @@ plt.show()
 # cannot move AUROC.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean absolute change of the headline metric per factor in this run; diamonds: the paper's Kermany values.", "name": "fig-04-10"}, "image": {"alt": "Bar chart of the effect of backbone, policy, threshold rule and seed"}}
-effects = protocol.effect_summary(grid)
-effects.to_csv(results / "effect_summary.csv", index=False)
-fig, ax = plt.subplots(figsize=(6.5, 3.0))
-labels_ = [f"{r.factor}\n({r.metric.replace('_', ' ')})" for r in effects.itertuples()]
-ax.barh(labels_, effects["mean_abs_change"], color="#4c72b0", label="this run: mean |change|")
-paper_values = effects["paper_value"].astype(float)
-ax.scatter(paper_values, labels_, color="black", marker="D", zorder=3, label="paper (Kermany)")
-ax.set_xlabel("mean absolute change of the headline metric")
-ax.invert_yaxis()
-ax.legend(frameon=False, fontsize=8)
-fig.tight_layout()
-plt.show()
+if skips.check("the effect summary", grid_need):
+    effects = protocol.effect_summary(grid)
+    effects.to_csv(results / "effect_summary.csv", index=False)
+    fig, ax = plt.subplots(figsize=(6.5, 3.0))
+    labels_ = [f"{r.factor}\n({r.metric.replace('_', ' ')})" for r in effects.itertuples()]
+    ax.barh(labels_, effects["mean_abs_change"], color="#4c72b0", label="this run: mean |change|")
+    paper_values = effects["paper_value"].astype(float)
+    ax.scatter(paper_values, labels_, color="black", marker="D", zorder=3, label="paper (Kermany)")
+    ax.set_xlabel("mean absolute change of the headline metric")
+    ax.invert_yaxis()
+    ax.legend(frameon=False, fontsize=8)
+    fig.tight_layout()
+    plt.show()
 
 # %% tags=["hide-input"]
-display(Markdown(
-    "This run: " + "; ".join(
-        f"**{r.factor}** {r.mean_abs_change:.3f} {r.metric.replace('_', ' ')} (range {r.mean_range:.3f})"
-        for r in effects.itertuples() if np.isfinite(r.mean_abs_change))
-    + f". The paper's: backbone {paper.value('backbone_spread'):.3f} AUROC, frozen vs fine-tuned "
-    f"{paper.value('policy_effect'):.3f} AUROC, threshold {paper.value('threshold_effect'):.3f} balanced accuracy."
-))
-effects.drop(columns="paper_text").round(4)
+if run_grid:
+    unmeasured = [r.factor for r in effects.itertuples() if not np.isfinite(r.mean_abs_change)]
+    display(Markdown(
+        "This run: " + "; ".join(
+            f"**{r.factor}** {r.mean_abs_change:.3f} {r.metric.replace('_', ' ')} (range {r.mean_range:.3f})"
+            for r in effects.itertuples() if np.isfinite(r.mean_abs_change))
+        + (f" (not measured, a single level: {', '.join(unmeasured)})" if unmeasured else "")
+        + f". The paper's: backbone {paper.value('backbone_spread'):.3f} AUROC, frozen vs fine-tuned "
+        f"{paper.value('policy_effect'):.3f} AUROC, threshold {paper.value('threshold_effect'):.3f} balanced accuracy."
+    ))
+    display(effects.drop(columns="paper_text").round(4))
 
 # %% [markdown]
 # ## Is fine-tuning's gain real? DeLong's test per backbone
@@ -234,20 +315,28 @@ effects.drop(columns="paper_text").round(4)
 # intervals above are the primary uncertainty.
 
 # %% tags=["hide-input"]
-rows = []
-first = predictions[(predictions.seed == seed_list[0]) & (predictions.split == "test")]
-for spec in backbone_list:
-    a = first[(first.backbone == spec) & (first.policy == "finetuned")]
-    b = first[(first.backbone == spec) & (first.policy == "frozen")]
-    if a.empty:
-        continue
-    test = delong_test(b["y_true"].to_numpy(), a["prob"].to_numpy(), b["prob"].to_numpy())
-    rows.append({"backbone": short(spec), "AUROC fine-tuned": test.auc_a, "AUROC frozen": test.auc_b,
-                 "difference": test.difference, "95% CI": f"[{test.low:.3f}, {test.high:.3f}]",
-                 "p (DeLong)": test.p_value})
-delong = pd.DataFrame(rows)
-delong.to_csv(results / "delong_frozen_vs_finetuned.csv", index=False)
-delong.round(4)
+if skips.check("DeLong's test of fine-tuned against frozen", grid_need):
+    rows = []
+    first = predictions[(predictions.seed == seed_list[0]) & (predictions.split == "test")]
+    for spec in backbone_list:
+        a = first[(first.backbone == spec) & (first.policy == "finetuned")]
+        b = first[(first.backbone == spec) & (first.policy == "frozen")]
+        if a.empty:
+            continue
+        test = delong_test(b["y_true"].to_numpy(), a["prob"].to_numpy(), b["prob"].to_numpy())
+        rows.append({"backbone": short(spec), "AUROC fine-tuned": test.auc_a, "AUROC frozen": test.auc_b,
+                     "difference": test.difference, "95% CI": f"[{test.low:.3f}, {test.high:.3f}]",
+                     "p (DeLong)": test.p_value})
+    delong = pd.DataFrame(rows, columns=["backbone", "AUROC fine-tuned", "AUROC frozen", "difference", "95% CI",
+                                         "p (DeLong)"])
+    delong.to_csv(results / "delong_frozen_vs_finetuned.csv", index=False)
+    display(delong.round(4))
+    display(Markdown(
+        f"Fine-tuned against frozen, first seed, {len(delong)} backbone(s): fine-tuning raised test AUROC for "
+        f"{int((delong['difference'] > 0).sum())} and lowered it for {int((delong['difference'] < 0).sum())}; "
+        f"DeLong p < 0.05 for {int((delong['p (DeLong)'] < 0.05).sum())}."
+        if len(delong) else "No backbone was fine-tuned, so there is nothing to compare."
+    ))
 
 # %% [markdown]
 # ## Thresholds fitted on validation, evaluated on test
@@ -257,10 +346,18 @@ delong.round(4)
 # sensitivity promised at ≥ 0.9 on validation is the clearest case.
 
 # %% tags=["hide-input"]
-transfers = protocol.validation_to_test(predictions, what="threshold")
-transfers.to_csv(results / "threshold_transfer.csv", index=False)
-gap = transfers.pivot_table(index="rule", columns="metric", values="gap", aggfunc="mean").reindex(metrics.THRESHOLD_RULES)
-gap.round(3)
+if skips.check("the validation-to-test transfer of thresholds", grid_need):
+    transfers = protocol.validation_to_test(predictions, what="threshold")
+    transfers.to_csv(results / "threshold_transfer.csv", index=False)
+    gap = transfers.pivot_table(index="rule", columns="metric", values="gap", aggfunc="mean").reindex(
+        metrics.THRESHOLD_RULES)
+    display(gap.round(3))
+    worst = gap.stack().idxmin()
+    display(Markdown(
+        f"Mean gap (test - validation) over every model: the sensitivity promised by the sensitivity ≥ 0.9 rule "
+        f"changes by {gap.loc['sensitivity_0.9', 'sensitivity']:+.3f} on test; the most negative gap is "
+        f"{worst[1].replace('_', ' ')} under the {worst[0]} rule ({gap.loc[worst]:+.3f})."
+    ))
 
 # %% [markdown]
 # ## Calibration, fitted on validation, applied to test
@@ -270,29 +367,44 @@ gap.round(3)
 # scaling fitted on the validation rows.
 
 # %% tags=["hide-input"]
-calibration = protocol.validation_to_test(predictions, what="calibration")
-calibration.to_csv(results / "calibration_transfer.csv", index=False)
-cal_summary = calibration.groupby(["policy", "method"])[
-    ["ece_uniform_before", "ece_uniform_after", "ece_quantile_before", "ece_quantile_after", "brier_before", "brier_after"]
-].mean()
-display(cal_summary.round(4))
+if skips.check("the validation-to-test transfer of calibration", grid_need):
+    calibration = protocol.validation_to_test(predictions, what="calibration")
+    calibration.to_csv(results / "calibration_transfer.csv", index=False)
+    cal_summary = calibration.groupby(["policy", "method"])[
+        ["ece_uniform_before", "ece_uniform_after", "ece_quantile_before", "ece_quantile_after", "brier_before",
+         "brier_after"]
+    ].mean()
+    display(cal_summary.round(4))
+    cal_method = cal_summary.xs(calibration_method, level="method")
+    display(Markdown("Mean ECE (equal-width bins) on test before → after validation-fitted "
+                     f"{esc(calibration_method)} scaling: " + "; ".join(
+                         f"{policy} {r.ece_uniform_before:.3f} → {r.ece_uniform_after:.3f}"
+                         for policy, r in cal_method.iterrows()) + "."))
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Reliability diagram of the reported model on the test split before and after validation-fitted scaling, with bootstrap bands.", "name": "fig-04-16"}, "image": {"alt": "Reliability diagram: observed against predicted probability"}}
-rep = predictions[(predictions.backbone == reported_backbone) & (predictions.policy == reported_policy)
-                  & (predictions.seed == seed_list[0])]
-val, test = rep[rep.split == "val"], rep[rep.split == "test"]
-calibrator = metrics.fit_calibrator(val["y_true"], val["prob"], method=calibration_method)
-curves = pd.concat([
-    metrics.reliability_curve(test["y_true"], test["prob"], groups=test["patient_id"], n_resamples=200,
-                              random_state=seed).assign(curve="before"),
-    metrics.reliability_curve(test["y_true"], calibrator.transform(test["prob"]), groups=test["patient_id"],
-                              n_resamples=200, random_state=seed).assign(curve=f"after {calibration_method} scaling"),
-])
-fig, ax = plt.subplots(figsize=(4.6, 4.4))
-plots.reliability_diagram(curves, ax=ax, label_col="curve")
-ax.set_title(f"{short(reported_backbone)}, {reported_policy}: test split", fontsize=10)
-fig.tight_layout()
-plt.show()
+if skips.check("the reliability diagram of the reported model", grid_need):
+    rep = predictions[(predictions.backbone == reported_backbone) & (predictions.policy == reported_policy)
+                      & (predictions.seed == seed_list[0])]
+    val, test = rep[rep.split == "val"], rep[rep.split == "test"]
+    calibrator = metrics.fit_calibrator(val["y_true"], val["prob"], method=calibration_method)
+    curves = pd.concat([
+        metrics.reliability_curve(test["y_true"], test["prob"], groups=test["patient_id"], n_resamples=200,
+                                  random_state=seed).assign(curve="before"),
+        metrics.reliability_curve(test["y_true"], calibrator.transform(test["prob"]), groups=test["patient_id"],
+                                  n_resamples=200, random_state=seed).assign(curve=f"after {calibration_method} scaling"),
+    ])
+    fig, ax = plt.subplots(figsize=(4.6, 4.4))
+    plots.reliability_diagram(curves, ax=ax, label_col="curve")
+    ax.set_title(f"{short(reported_backbone)}, {reported_policy}: test split", fontsize=10)
+    fig.tight_layout()
+    plt.show()
+    rep_cal = calibration[(calibration.backbone == reported_backbone) & (calibration.policy == reported_policy)
+                          & (calibration.seed == seed_list[0])].set_index("method")
+    display(Markdown(
+        f"{code(reported_backbone)}, {esc(reported_policy)}, seed {seed_list[0]}: test ECE "
+        f"{rep_cal.loc[calibration_method, 'ece_uniform_before']:.3f} before and "
+        f"{rep_cal.loc[calibration_method, 'ece_uniform_after']:.3f} after {esc(calibration_method)} scaling."
+    ))
 
 # %% [markdown]
 # ## One split hides another source of uncertainty
@@ -303,16 +415,24 @@ plt.show()
 # number moves with the split alone.
 
 # %% tags=["hide-input"]
-parts = protocol.repeated_partitions(embeddings[reported_backbone], y, groups=groups, n_partitions=int(n_partitions),
-                                     rule=reported_rule, random_state=seed)
-parts.to_csv(results / "repeated_partitions.csv", index=False)
-display(Markdown(
-    f"AUROC over {len(parts)} partitions: {parts['auroc'].min():.3f}-{parts['auroc'].max():.3f} "
-    f"(SD {parts['auroc'].std():.3f}); balanced accuracy {parts['balanced_accuracy'].min():.3f}-"
-    f"{parts['balanced_accuracy'].max():.3f}. On the official split: "
-    f"{head.set_index(['backbone', 'policy']).loc[(short(reported_backbone), reported_policy), 'auroc']:.3f}."
-))
-parts.round(3)
+parts = None
+if skips.check("the repeated partitions", label_need):
+    try:
+        parts = protocol.repeated_partitions(embeddings[reported_backbone], y, groups=groups,
+                                             n_partitions=int(n_partitions), rule=reported_rule, random_state=seed)
+    except DataError as exc:  # too few patients of a class for every partition to hold both
+        skips.check("the repeated partitions", str(exc))
+if parts is not None:
+    parts.to_csv(results / "repeated_partitions.csv", index=False)
+    official = (" On the official split (frozen): "
+                f"{head.set_index(['backbone', 'policy']).loc[(short(reported_backbone), 'frozen'), 'auroc']:.3f}."
+                if run_grid else " There is no official split to compare with.")
+    display(Markdown(
+        f"{code(reported_backbone)}, frozen. AUROC over {len(parts)} partitions: {parts['auroc'].min():.3f}-"
+        f"{parts['auroc'].max():.3f} (SD {parts['auroc'].std():.3f}); balanced accuracy "
+        f"{parts['balanced_accuracy'].min():.3f}-{parts['balanced_accuracy'].max():.3f}." + official
+    ))
+    display(parts.round(3))
 
 # %% [markdown]
 # ## What this run records for the reporting checklist
@@ -321,11 +441,13 @@ parts.round(3)
 # measure stays missing there.
 
 # %% tags=["hide-input"]
-evidence = protocol.checklist_evidence(
-    grid, effects, predictions=predictions, calibration=calibration, transfers=transfers, partitions=parts,
-    reported={"backbone": reported_backbone, "policy": reported_policy, "seed": seed_list[0], "rule": reported_rule,
-              "backbones": backbone_list, "seeds": seed_list},
-    calibration_method=calibration_method, finetune_epochs=finetune_epochs, provenance=provenance,
-    n_resamples=n_resamples, source="04_protocol_sensitivity")
-(results / "evidence.json").write_text(json.dumps(evidence, indent=2))
-display(Markdown(f"Recorded checklist evidence for: {', '.join(evidence)}."))
+evidence_need = grid_need or (None if parts is not None else "the repeated partitions did not run")
+if skips.check("the checklist evidence of the protocol study", evidence_need):
+    evidence = protocol.checklist_evidence(
+        grid, effects, predictions=predictions, calibration=calibration, transfers=transfers, partitions=parts,
+        reported={"backbone": reported_backbone, "policy": reported_policy, "seed": seed_list[0], "rule": reported_rule,
+                  "backbones": backbone_list, "seeds": seed_list},
+        calibration_method=calibration_method, finetune_epochs=finetune_epochs, provenance=provenance,
+        n_resamples=n_resamples, source="04_protocol_sensitivity")
+    (results / "evidence.json").write_text(json.dumps(evidence, indent=2))
+    display(Markdown(f"Recorded checklist evidence for: {', '.join(evidence)}."))

@@ -33,13 +33,17 @@
 #    on the same test resamples) and **split-level** uncertainty (the whole
 #    workflow repeated on re-drawn patient-grouped partitions).
 #
-# Here the workflow runs on the phantom with the model zoo, two ImageNet
-# networks that ship in Python packages and a randomly initialised network,
-# for two classification tasks and one regression task. The numbers are
-# this run's, on synthetic data.
+# With the default parameters the workflow runs on the phantom with the
+# model zoo, two ImageNet networks that ship in Python packages and a
+# randomly initialised network, for two classification tasks and one
+# regression task; the line below the setup says which data, encoders and
+# tasks this run used. Each task is a manifest column: a two-class column
+# (numbers or text) is a classification task, a numeric column with more
+# values a regression task. The numbers are this run's.
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=0"
+zoo_data = "phantom?patients=300&size=64&seed=0"
 zoo_preset = "quick"
 public_size = 64
 encoders = ("zoo:supervised_multilabel-cnn_small-seed0,zoo:contrastive-cnn_small-seed0,"
@@ -54,6 +58,7 @@ seed = 0
 results_dir = "results/06_representation_risk"
 
 # %% tags=["hide-input"]
+import html
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -66,37 +71,83 @@ import crslib
 from crslib import plots, risk, risk_results
 from crslib.data import load_data
 from crslib.embed import embed_models
-from crslib.models import train_zoo, with_image_size
+from crslib.models.lineup import resolve_models
+from crslib.needs import unmet_need
+from crslib.risk_needs import task_need
+from crslib.runner import SkipLog
 
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
-encoder_list = [s.strip() for s in encoders.split(",") if s.strip()]
-task_list = [t.strip() for t in tasks.split(",") if t.strip()]
-
+skips = SkipLog(results)
+requested_tasks = list(dict.fromkeys(t.strip() for t in tasks.split(",") if t.strip()))
 
 
 def short(spec: str) -> str:
     return spec.split(":", 1)[-1].replace("-cnn_", " cnn_").replace("-seed0", "")
 
 
+def code(text):
+    """A task, encoder or class name, shown literally."""
+    return f"<code>{html.escape(str(text))}</code>"
+
+
 manifest = load_data(data)
-train_zoo(manifest, preset=zoo_preset)
-embeddings = {short(spec): X for spec, X in embed_models(manifest, {s: with_image_size(s, public_size) for s in encoder_list}).items()}
+on_phantom = str(data).startswith("phantom")
+# the zoo is trained (or reused) only when a zoo: encoder is listed, on zoo_data, never on data
+lineup = resolve_models(encoders, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size))
+names = {name: short(name) for name in lineup.names}
+if len(set(names.values())) < len(names):  # two encoders with the same short name keep their full names
+    names = {name: name for name in lineup.names}
 groups = manifest["patient_id"].to_numpy()
-outcomes = {}
-for task in task_list:
-    outcomes[task] = risk.representation_risk(
-        embeddings, manifest[task].to_numpy(), groups=groups, n_components=int(n_components),
-        n_partitions=int(n_partitions), n_resamples=int(n_resamples), random_state=seed,
-    )
-    outcomes[task].save(results, name=task)  # risk_<task>.json and the tables, as `crs risk` writes them
-display(Markdown(
-    f"{len(manifest):,} images of {manifest['patient_id'].nunique():,} patients; {len(embeddings)} encoders x "
-    f"{len(risk.HEADS)} heads + a feature-union candidate; tasks: "
-    + ", ".join(f"`{t}` ({outcomes[t].task}, {outcomes[t].metric})" for t in task_list)
-    + f"; {int(n_partitions)} patient-grouped partitions (60/20/20 % of patients), {int(n_resamples):,} "
-    "bootstrap resamples."
-))
+task_list = []
+if skips.check(
+    "the encoder selection",
+    None if len(names) >= 2 else (f"it chooses between encoders, and one is listed ({lineup.names[0]}); list at "
+                                  "least two (`crs book --models A,B`, or the encoders parameter)"),
+):
+    for task in requested_tasks:
+        reason = unmet_need(manifest, columns=[task]) or task_need(
+            manifest[task], groups=groups, n_partitions=int(n_partitions), random_state=seed, name=task)
+        if skips.check(f"the {task} task", reason):
+            task_list.append(task)
+    skips.check("the rest of this chapter",
+                None if task_list else f"none of the tasks ({', '.join(requested_tasks) or 'none given'}) can "
+                                       "run on this data (see above); name a usable column in the tasks parameter")
+outcomes, known = {}, {}
+if task_list:
+    embeddings = {names[name]: X for name, X in
+                  embed_models(manifest, {name: lineup.specs[name] for name in lineup.names}).items()}
+    for task in task_list:
+        known[task] = manifest[task].notna().to_numpy()  # images without a value for the task are left out
+        outcomes[task] = risk.representation_risk(
+            {name: X[known[task]] for name, X in embeddings.items()}, manifest[task].to_numpy()[known[task]],
+            groups=groups[known[task]], n_components=int(n_components), n_partitions=int(n_partitions),
+            n_resamples=int(n_resamples), random_state=seed,
+        )
+        outcomes[task].save(results, name=task)  # risk_<task>.json and the tables, as `crs risk` writes them
+
+
+def describe(task):
+    outcome = outcomes[task]
+    classes = outcome.settings["classes"]
+    parts = [outcome.task]
+    if classes and classes != ["0", "1"]:
+        parts.append(f"positive class {code(classes[1])} against {code(classes[0])}")
+    parts.append(outcome.metric)
+    missing = int((~known[task]).sum())
+    if missing:
+        parts.append(f"{missing:,} images without a value left out")
+    return f"{code(task)} ({', '.join(parts)})"
+
+
+if task_list:
+    display(Markdown(
+        f"{len(manifest):,} images of {manifest['patient_id'].nunique():,} patients; {len(embeddings)} encoders x "
+        f"{len(risk.HEADS)} heads + a feature-union candidate; tasks: "
+        + ", ".join(describe(t) for t in task_list)
+        + f"; {int(n_partitions)} patient-grouped partitions (60/20/20 % of patients), {int(n_resamples):,} "
+        "bootstrap resamples."
+    ))
 
 # %% [markdown]
 # ## One partition, every candidate
@@ -106,12 +157,13 @@ display(Markdown(
 # patient-grouped bootstrap intervals. The selected candidate is marked.
 
 # %% tags=["hide-input"]
-tables = []
-for task in task_list:
-    c = outcomes[task].primary.candidates.copy()
-    c["task"] = task
-    tables.append(c)
-candidates = pd.concat(tables, ignore_index=True)
+if task_list:
+    tables = []
+    for task in task_list:
+        c = outcomes[task].primary.candidates.copy()
+        c["task"] = task
+        tables.append(c)
+    candidates = pd.concat(tables, ignore_index=True)
 
 
 def with_ci(v, lo, hi):
@@ -128,12 +180,13 @@ for task in task_list:
     }).head(10)
     union = outcomes[task].primary.union
     display(Markdown(
-        f"**{task}** ({outcomes[task].task}); top 10 of {len(c)} candidates by validation score. Feature union "
-        f"of {', '.join(union.get('members') or [])}: validation gain {union.get('gain', float('nan')):.3f} "
-        f"[{union.get('low', float('nan')):.3f}, {union.get('high', float('nan')):.3f}]; "
-        f"**{'chosen' if union.get('chosen') else 'not chosen'}** ({union.get('reason', '')})."
+        f"**{code(task)}** ({outcomes[task].task}); top {len(shown)} of {len(c)} candidates by validation score. "
+        f"Feature union of {', '.join(code(m) for m in union.get('members') or [])}: validation gain "
+        f"{union.get('gain', float('nan')):.3f} [{union.get('low', float('nan')):.3f}, "
+        f"{union.get('high', float('nan')):.3f}]; **{'chosen' if union.get('chosen') else 'not chosen'}** "
+        f"({html.escape(str(union.get('reason', '')))})."
     ))
-    display(shown.style.hide(axis="index"))
+    display(shown.style.hide(axis="index").format(escape="html", precision=3))
 
 # %% [markdown]
 # ## Is the best encoder the same for every task?
@@ -143,30 +196,41 @@ for task in task_list:
 # everywhere, its column would be all ones.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Test score and rank of each encoder (its validation-best head) for each task, first partition.", "name": "fig-06-6"}, "image": {"alt": "Heatmap of encoder ranks per task"}}
-best = (candidates[candidates.encoder != risk.UNION]
-        .sort_values("val_score", ascending=False)
-        .groupby(["task", "encoder"], as_index=False).first())
-scores = best.pivot(index="task", columns="encoder", values="test_score").reindex(task_list)
-ranks = scores.rank(axis=1, ascending=False).astype(int)
-fig, ax = plt.subplots(figsize=(1.1 * len(scores.columns) + 2.5, 0.6 * len(task_list) + 1.6))
-sns.heatmap(ranks, annot=scores.round(2).astype(str) + "\n#" + ranks.astype(str), fmt="", cmap="viridis_r",
-            cbar_kws={"label": "rank on test (1 = best)"}, ax=ax, annot_kws={"fontsize": 8})
-ax.set(xlabel="", ylabel="")
-ax.set_xticklabels(ax.get_xticklabels(), rotation=35, ha="right", fontsize=8)
-ax.set_title("Test score (AUROC or R²) and rank per task, first partition", fontsize=10)
-fig.tight_layout()
-plt.show()
+if task_list:
+    best = (candidates[candidates.encoder != risk.UNION]
+            .sort_values("val_score", ascending=False)
+            .groupby(["task", "encoder"], as_index=False).first())
+    scores = best.pivot(index="task", columns="encoder", values="test_score").reindex(task_list)
+    ranks = scores.rank(axis=1, ascending=False).astype(int)
+    fig, ax = plt.subplots(figsize=(1.1 * len(scores.columns) + 2.5, 0.6 * len(task_list) + 1.6))
+    sns.heatmap(ranks, annot=scores.round(2).astype(str) + "\n#" + ranks.astype(str), fmt="", cmap="viridis_r",
+                cbar_kws={"label": "rank on test (1 = best)"}, ax=ax, annot_kws={"fontsize": 8})
+    ax.set(xlabel="", ylabel="")
+    ax.set_xticklabels(ax.get_xticklabels(), rotation=35, ha="right", fontsize=8)
+    ax.set_title("Test score (AUROC or R²) and rank per task, first partition", fontsize=10)
+    fig.tight_layout()
+    plt.show()
 
 # %% tags=["hide-input"]
-winners = ranks.idxmin(axis=1)
-scores.to_csv(results / "best_head_test_scores.csv")
-if winners.nunique() > 1:
-    verdict = "The best encoder differs between tasks: " + "; ".join(f"`{t}`: {w}" for t, w in winners.items()) + "."
-else:
-    verdict = (f"On this run the same encoder ({winners.iloc[0]}) is best on every task; the phantom does not "
-               "show the study's 'no encoder is best everywhere' on this split. The repeated partitions below "
-               "show how stable that is.")
-display(Markdown(verdict))
+if task_list:
+    winners = ranks.idxmin(axis=1)
+    scores.to_csv(results / "best_head_test_scores.csv")
+    where = "the phantom" if on_phantom else "this data"
+    if len(task_list) == 1:
+        task = task_list[0]
+        verdict = (f"On {code(task)}, the only task of this run, {code(winners[task])} ranks first (test "
+                   f"{outcomes[task].metric} {scores.loc[task, winners[task]]:.3f}, then "
+                   + ", ".join(f"{code(e)} {v:.3f}" for e, v in scores.loc[task].drop(winners[task])
+                               .sort_values(ascending=False).head(3).items())
+                   + "). Whether the best encoder changes with the task needs a second task.")
+    elif winners.nunique() > 1:
+        verdict = ("The best encoder differs between tasks: "
+                   + "; ".join(f"{code(t)}: {html.escape(str(w))}" for t, w in winners.items()) + ".")
+    else:
+        verdict = (f"On this run the same encoder ({html.escape(str(winners.iloc[0]))}) is best on every task; "
+                   f"{where} does not show the study's 'no encoder is best everywhere' on this split. The repeated "
+                   "partitions below show how stable that is.")
+    display(Markdown(verdict))
 
 # %% [markdown]
 # ## Paired comparisons against the selected candidate
@@ -177,29 +241,40 @@ display(Markdown(verdict))
 # means the data cannot tell the two apart.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Paired test differences of each linear-head candidate from the selected candidate, with 95% CIs.", "name": "fig-06-8"}, "image": {"alt": "Dot plots with intervals of score differences from the selected candidate"}}
-rows = []
-for task in task_list:
-    comp = outcomes[task].primary.comparisons.copy()
-    comp["task"] = task
-    comp["selected"] = outcomes[task].primary.selected
-    rows.append(comp)
-comparisons = pd.concat(rows, ignore_index=True)
-comparisons.to_csv(results / "paired_comparisons.csv", index=False)
-fig, axes = plt.subplots(1, len(task_list), figsize=(4.2 * len(task_list), 4.2), sharey=False, squeeze=False)
-for ax, task in zip(axes[0], task_list):
-    comp = comparisons[(comparisons.task == task) & (comparisons.head == "linear")].sort_values("difference")
-    plots.interval_dots(comp["difference"], comp["low"], comp["high"], ax=ax)
-    ax.axvline(0, color="grey", linestyle=":")
-    ax.set_yticks(range(len(comp)), comp["encoder"], fontsize=7)
-    ax.set_xlabel(f"{outcomes[task].metric}: candidate - selected")
-    ax.set_title(f"{task}\n(selected: {outcomes[task].primary.selected})", fontsize=9)
-fig.tight_layout()
-plt.show()
+if task_list:
+    rows = []
+    for task in task_list:
+        comp = outcomes[task].primary.comparisons.copy()
+        comp["task"] = task
+        comp["selected"] = outcomes[task].primary.selected
+        rows.append(comp)
+    comparisons = pd.concat(rows, ignore_index=True)
+    comparisons.to_csv(results / "paired_comparisons.csv", index=False)
+    fig, axes = plt.subplots(1, len(task_list), figsize=(4.2 * len(task_list), 4.2), sharey=False, squeeze=False)
+    for ax, task in zip(axes[0], task_list):
+        comp = comparisons[(comparisons.task == task) & (comparisons.head == "linear")].sort_values("difference")
+        plots.interval_dots(comp["difference"], comp["low"], comp["high"], ax=ax)
+        ax.axvline(0, color="grey", linestyle=":")
+        ax.set_yticks(range(len(comp)), comp["encoder"], fontsize=7)
+        ax.set_xlabel(f"{outcomes[task].metric}: candidate - selected")
+        ax.set_title(f"{task}\n(selected: {outcomes[task].primary.selected})", fontsize=9)
+    fig.tight_layout()
+    plt.show()
 
 # %% tags=["hide-input"]
-comparisons.groupby("task").apply(
-    lambda c: pd.Series({"candidates": len(c), "CI covers 0": int(((c["low"] <= 0) & (c["high"] >= 0)).sum()),
-                         "clearly worse": int((c["high"] < 0).sum())}), include_groups=False)
+if task_list:
+    paired = comparisons.groupby("task", sort=False).apply(
+        lambda c: pd.Series({"candidates": len(c), "CI covers 0": int(((c["low"] <= 0) & (c["high"] >= 0)).sum()),
+                             "clearly worse": int((c["high"] < 0).sum())}), include_groups=False)
+    display(paired.sort_index())
+    display(Markdown(
+        "Against the selected candidate on the same test resamples: "
+        + "; ".join(f"{code(t)} (selected {code(outcomes[t].primary.selected)}): {row['CI covers 0']} of "
+                    f"{row['candidates']} candidates cannot be told apart from it (interval covers 0), "
+                    f"{row['clearly worse']} {'is' if row['clearly worse'] == 1 else 'are'} clearly worse"
+                    for t, row in paired.iterrows())
+        + "."
+    ))
 
 # %% [markdown]
 # ## Split-level uncertainty: repeated partitions
@@ -209,24 +284,38 @@ comparisons.groupby("task").apply(
 # selected, and how much the selected candidate's test score moves.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "How often each encoder was selected over repeated partitions, and the selected candidate's test score in each partition.", "name": "fig-06-10"}, "image": {"alt": "Bar chart of selection shares and strip plot of test scores"}}
-counts = pd.concat([outcomes[t].selection_counts.assign(task=t) for t in task_list], ignore_index=True)
-counts.to_csv(results / "selection_counts.csv", index=False)
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.3, 1]})
-pivot = counts.pivot(index="encoder", columns="task", values="share").reindex(columns=task_list).fillna(0)
-pivot.plot.barh(ax=axes[0], width=0.8)
-axes[0].set(xlabel=f"share of {int(n_partitions)} partitions in which it was selected", ylabel="")
-axes[0].legend(frameon=False, fontsize=8)
-axes[0].tick_params(axis="y", labelsize=8)
-spread = pd.concat([outcomes[t].selected_test_scores.rename("score").reset_index().assign(task=t) for t in task_list])
-sns.stripplot(data=spread, x="task", y="score", ax=axes[1], size=6, jitter=0.1)
-axes[1].set(ylabel="selected candidate's test score", xlabel="", title="one dot per partition")
-fig.tight_layout()
-plt.show()
+if task_list:
+    counts = pd.concat([outcomes[t].selection_counts.assign(task=t) for t in task_list], ignore_index=True)
+    counts.to_csv(results / "selection_counts.csv", index=False)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8), gridspec_kw={"width_ratios": [1.3, 1]})
+    pivot = counts.pivot(index="encoder", columns="task", values="share").reindex(columns=task_list).fillna(0)
+    pivot.plot.barh(ax=axes[0], width=0.8)
+    axes[0].set(xlabel=f"share of {int(n_partitions)} partitions in which it was selected", ylabel="")
+    axes[0].legend(frameon=False, fontsize=8)
+    axes[0].tick_params(axis="y", labelsize=8)
+    spread = pd.concat([outcomes[t].selected_test_scores.rename("score").reset_index().assign(task=t) for t in task_list])
+    sns.stripplot(data=spread, x="task", y="score", ax=axes[1], size=6, jitter=0.1)
+    axes[1].set(ylabel="selected candidate's test score", xlabel="", title="one dot per partition")
+    fig.tight_layout()
+    plt.show()
 
 # %% tags=["hide-input"]
-stability = risk_results.stability_table({t: outcomes[t] for t in task_list})
-stability.to_csv(results / "stability.csv")
-stability
+if task_list:
+    stability = risk_results.stability_table({t: outcomes[t] for t in task_list})
+    stability.to_csv(results / "stability.csv")
+    display(stability)
+    display(Markdown(
+        f"Over {int(n_partitions)} partitions: "
+        + "; ".join(
+            f"{code(t)}: {html.escape(str(row['selected most often']))} selected most often, "
+            f"{row['distinct encoders selected']} distinct "
+            f"{'encoder' if row['distinct encoders selected'] == 1 else 'encoders'} selected, the selected "
+            f"candidate's test {outcomes[t].metric} {row['test score mean']:.3f} on average"
+            + (f" (SD {row['test score SD']:.3f}, range {row['test score range']:.3f})"
+               if np.isfinite(row["test score SD"]) else "")
+            for t, row in stability.iterrows())
+        + "."
+    ))
 
 # %% [markdown]
 # ## What to take away

@@ -35,14 +35,18 @@
 # folder), marks each item **complete** only when the run recorded
 # everything the item needs, and otherwise **missing** with the reason. Run
 # outside a book run (no evidence files), every item is missing, which is
-# the honest answer. The same checklist comes from the command line:
-# `crs checklist runs/<run>`.
+# the honest answer. When a chapter skipped the analyses behind an item
+# because the run's data lacked what they need (no train/validation/test
+# split, no two-class label...), the page says which items that left
+# without evidence and lists the run's skipped analyses. The same checklist
+# comes from the command line: `crs checklist runs/<run>`.
 
 # %% tags=["parameters"]
 run_dir = "."
 results_dir = "results/07_reporting_checklist"
 
 # %% tags=["hide-input"]
+import html
 from pathlib import Path
 
 import matplotlib.pyplot as plt
@@ -53,35 +57,106 @@ from IPython.display import Markdown, display
 import crslib
 from crslib.checklist import build_checklist, crosswalk_frame
 from crslib.checklist_items import ITEMS
-from crslib.runner import read_run_evidence
+from crslib.runner import SkipLog, read_run_evidence, read_skips
 
 results = Path(results_dir)
 results.mkdir(parents=True, exist_ok=True)
+skips = SkipLog(results)
 evidence, run_id = read_run_evidence(run_dir)
+# where the chapters of the run wrote their results (a run folder's results/, or a folder of result folders)
+run_results = Path(run_dir) / "results" if (Path(run_dir) / "results").is_dir() else Path(run_dir)
+# the chapter that records each item's evidence: the audit items 1 and 7, the protocol study items 2-6
+RECORDED_BY = {"split": "05_split_and_shortcut_audit", "shortcut": "05_split_and_shortcut_audit",
+               **{item: "04_protocol_sensitivity"
+                  for item in ("training_policy", "threshold", "metrics", "calibration", "uncertainty")}}
+run_skips = [{"chapter": folder.name, **skip} for folder in sorted(run_results.iterdir())
+             if folder.is_dir() and folder.name != results.name for skip in read_skips(folder)]
+
+
+def cell(text):
+    """User-provided text (a skip's analysis or reason) shown literally in a Markdown table cell.
+
+    `code spans` stay code (their text is shown as is); outside them HTML and Markdown are escaped.
+    """
+    parts = " ".join(str(text).split()).split("`")
+    if len(parts) % 2 == 0:  # an unpaired backtick: no code spans
+        parts = ["'".join(parts)]
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2:
+            out.append("`" + part.replace("|", "\\|") + "`")
+        else:
+            part = html.escape(part, quote=False)
+            for char in "\\*_[]|":
+                part = part.replace(char, "\\" + char)
+            out.append(part)
+    return "".join(out)
+
+
 checklist = build_checklist(evidence, run_id=run_id)
 (results / "checklist.md").write_text(checklist.to_markdown(), encoding="utf-8")
 (results / "checklist.json").write_text(checklist.to_json(), encoding="utf-8")
 display(Markdown(
     f"Run `{run_id}`: **{checklist.n_complete} of {len(checklist.items)} items complete**"
     + (f"; evidence recorded for {', '.join(f'`{k}`' for k in evidence)}." if evidence
-       else "; no evidence files were found (run the protocol and audit notebooks in the same run folder).")
+       else "; no evidence files were found" + (
+           "." if any((run_results / chapter).is_dir() for chapter in RECORDED_BY.values())
+           else " (run the protocol and audit notebooks in the same run folder)."))
 ))
 frame = checklist.to_frame()
+
+# the items nothing in the run recorded, and why: their chapter skipped its analyses, ran without them, or did not run
+unrecorded = [entry for entry in checklist.items if evidence.get(entry.item_id) is None]
+reasons = []
+for chapter in dict.fromkeys(RECORDED_BY[entry.item_id] for entry in unrecorded):
+    entries = [e for e in unrecorded if RECORDED_BY[e.item_id] == chapter]
+    items = (f"**{'; '.join(e.title for e in entries)}** (item{'s' if len(entries) > 1 else ''} "
+             f"{', '.join(str(e.number) for e in entries)})")
+    chapter_skips = [skip for skip in run_skips if skip["chapter"] == chapter]
+    if not (run_results / chapter).is_dir():
+        why = f"chapter `{chapter}` is not part of this run"
+    elif chapter_skips:
+        names = [cell(skip["analysis"]) for skip in chapter_skips]
+        why = (f"chapter `{chapter}` skipped {len(names)} analys{'es' if len(names) > 1 else 'is'} in this run "
+               f"({'; '.join(names[:3])}{f'; and {len(names) - 3} more' if len(names) > 3 else ''}; "
+               "the table below gives the reasons)")
+    else:
+        why = f"chapter `{chapter}` ran but recorded no evidence for {'them' if len(entries) > 1 else 'it'}"
+    reasons.append(f"- {items}: {why}.")
+if reasons:
+    display(Markdown(f"**{len(unrecorded)} of {len(checklist.items)} items have no evidence in this run**, "
+                     "so the checklist marks them missing:\n\n" + "\n".join(reasons)))
+if run_skips:
+    display(Markdown(
+        f"**The run skipped {len(run_skips)} analys{'es' if len(run_skips) > 1 else 'is'}** because its data or "
+        "models lacked what they need; each chapter's page says so where it happened, and a book run's "
+        "`run.json` lists them:\n\n"
+        "| chapter | analysis | reason |\n|---|---|---|\n"
+        + "\n".join(f"| `{skip['chapter']}` | {cell(skip['analysis'])} | {cell(skip['reason'])} |"
+                    for skip in run_skips)
+    ))
 frame
 
 # %% [markdown]
 # ## This run's effects beside the paper's
 #
-# Each item's motivating effect as measured on this run's phantom, next to
-# the paper's Kermany value where the paper gives one number. The phantom is
-# built to contain these effects, with knobs that set their size; matching
-# the paper's values is not the point, finding the effects and reporting
-# them is.
+# Each item's motivating effect as measured in this run, next to the
+# paper's Kermany value where the paper gives one number. The book's default
+# data, the phantom, is built to contain these effects, with knobs that set
+# their size; matching the paper's values is not the point, finding the
+# effects and reporting them is. On your own data the bars are your data's
+# effects.
+
+# %% tags=["hide-input"]
+# the items with a measured effect (a skipped chart is said here: the figure cell below shows only the figure)
+shown = frame[np.isfinite(frame["effect_value"].astype(float))].copy()
+has_chart = skips.check("the chart of this run's effects",
+                        None if len(shown) else "no chapter of this run recorded a measured effect (chapters "
+                        "04_protocol_sensitivity and 05_split_and_shortcut_audit record them)")
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Each checklist item's effect measured in this run, beside the paper's Kermany value.", "name": "fig-07-4"}, "image": {"alt": "Bar chart of the effect per checklist item with the paper's values as diamonds"}}
-shown = frame[np.isfinite(frame["effect_value"].astype(float))].copy()
-fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(len(shown), 1) + 1.2))
-if len(shown):
+if has_chart:
+    fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(len(shown), 1) + 1.2))
     labels = [f"{r.number}. {r.item}\n({r.effect_unit})" for r in shown.itertuples()]
     colours = ["#55a868" if s == "complete" else "#c44e52" for s in shown["status"]]
     ax.barh(labels, shown["effect_value"].astype(float), color=colours, label="this run")
@@ -92,11 +167,8 @@ if len(shown):
     ax.legend(frameon=False, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
     ax.set_xlabel("effect (unit per item)")
     ax.set_title("Green: item complete; red: recorded but incomplete", fontsize=9)
-else:
-    ax.text(0.5, 0.5, "no effects recorded in this run", ha="center", va="center")
-    ax.set_axis_off()
-fig.tight_layout()
-plt.show()
+    fig.tight_layout()
+    plt.show()
 
 # %% [markdown]
 # ## The checklist

@@ -90,8 +90,10 @@ def test_skip_log_shows_user_text_literally(tmp_path, monkeypatch):
 
     shown = []
     monkeypatch.setattr(IPython.display, "display", lambda obj: shown.append(obj.data))
-    SkipLog(tmp_path).check("the subgroup table", "`<script>` has a single value ('*x_y*')")
-    assert shown == ["**Skipped: the subgroup table.** `&lt;script&gt;` has a single value ('\\*x\\_y\\*')."]
+    SkipLog(tmp_path).check("the subgroup table", "`<script>` has a single value ('*x_y*'); add `patient_id`")
+    # markup characters are escaped outside code spans; inside them Markdown shows text as it is
+    assert shown == ["**Skipped: the subgroup table.** `<script>` has a single value ('\\*x\\_y\\*'); "
+                     "add `patient_id`."]
 
 
 # --------------------------------------------------------------------------- model lists

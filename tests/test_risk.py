@@ -566,3 +566,92 @@ def test_option_checks_exact_messages():
         assert _risk_message(risk._check_union_size, bad) == (
             f"union_size must be 0 (no feature union) or an integer >= 2, got {bad!r}")
     assert risk._check_union_size(0) == 0 and risk._check_union_size(np.int64(3)) == 3
+
+
+# --------------------------------------------------------------------------- task_need
+
+
+def test_task_need_accepts_text_binary_numeric_and_regression_targets():
+    from crslib.risk_needs import task_need
+
+    groups = np.repeat(np.arange(40), 2)
+    text = pd.Series(np.repeat(np.tile(["microscopy", "photograph"], 20), 2), dtype="string")
+    assert task_need(text, groups=groups, name="label") is None
+    assert task_need(np.repeat(np.tile([0, 1], 20), 2), groups=groups) is None
+    assert task_need(np.linspace(20, 80, 80), groups=groups, name="age") is None
+    # integer codes with more than two values are a number to predict (regression), as task="auto" decides
+    assert task_need(np.arange(80) % 5, groups=groups) is None
+    # a text target that passes is one representation_risk runs on, text classes included
+    rng = np.random.default_rng(0)
+    y = np.where(rng.random(80) < 0.5, "a", "b")
+    assert task_need(y, groups=np.arange(80), n_partitions=2) is None
+    res = representation_risk({"e": rng.normal(size=(80, 4))}, y, groups=np.arange(80), heads=["linear"],
+                              n_partitions=2, union_size=0, **FAST)
+    assert res.task == "classification" and res.settings["classes"] == ["a", "b"]
+
+
+def test_task_need_sentences_for_unusable_targets():
+    from crslib.risk_needs import task_need
+
+    groups = np.arange(30)
+    assert task_need(np.tile(["a", "b", "c"], 10), groups=groups, name="source") == (
+        "`source` has 3 classes ('a', 'b', 'c'); multi-class targets are not supported yet: binarise it "
+        "(one class against the rest) to run it")
+    many = np.array([f"s{i % 16:02d}" for i in range(30)], dtype=object)
+    assert task_need(many, groups=groups, name="source").startswith(
+        "`source` has 16 classes ('s00', 's01', 's02', 's03', 's04', ...); multi-class")
+    assert task_need(np.full(30, 1.0), groups=groups, name="label") == (
+        "`label` has a single value (1); it needs two classes or a varying number")
+    assert task_need(np.full(30, "x", dtype=object), groups=groups, name="label") == (
+        "`label` has a single value ('x'); it needs two classes or a varying number")
+    assert task_need([None] * 30, groups=groups, name="age") == (
+        "`age` has no values (every row is empty); fill it to run it")
+    assert task_need(np.array([1, "a"] * 15, dtype=object), groups=groups, name="mixed") == (
+        "`mixed` mixes numbers and text; use one type to run it")
+    assert task_need(np.tile([0, 1], 4), groups=np.arange(8), name="label") == (
+        "`label` is known for 8 patients; the train, validation and test partitions (60/20/20 % of patients) "
+        "need at least 10")
+    with pytest.raises(InputError, match="one patient id per image"):
+        task_need([0, 1, 0], groups=[1, 2], name="label")
+
+
+def test_task_need_counts_patients_as_the_partitions_do():
+    from crslib.risk_needs import task_need
+
+    # 12 patients of 2 images each: 3 have one negative and one positive image (class 1 as a patient), so
+    # class 1 has 3 patients although class 0 images belong to 12 patients
+    y = np.array(["neg", "neg"] * 9 + ["neg", "pos"] * 3, dtype=object)
+    groups = np.repeat(np.arange(12), 2)
+    assert task_need(y, groups=groups, name="label") == (
+        "`label` needs at least 4 patients of each class so that train, validation and test "
+        "(60/20/20 % of patients) all hold both; it has neg: 9, pos: 3 (a patient counts as 'pos' when any of "
+        "their images is)")
+    # missing values are not counted: 10 known patients with 5 of each class pass
+    y = np.array([0, 1] * 5 + [None] * 6, dtype=object)
+    assert task_need(y, groups=np.arange(16), name="label") is None
+
+
+def test_task_need_agrees_with_the_partitions_representation_risk_draws():
+    from crslib.risk_needs import task_need
+    from crslib.splits import patient_partition
+
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        n_patients = int(rng.integers(8, 20))
+        per_patient = rng.integers(1, 3, size=n_patients)
+        groups = np.repeat(np.arange(n_patients), per_patient)
+        if trial % 2:
+            y = (rng.random(groups.size) < rng.uniform(0.05, 0.5)).astype(int)
+            task = "classification"
+        else:
+            y = rng.integers(0, 3, size=groups.size).astype(float)
+            task = "regression"
+        fits = True
+        if np.unique(y).size < 2:
+            continue
+        for seed in range(3):
+            try:
+                patient_partition(y, groups, task, (0.6, 0.2, 0.2), seed)
+            except DataError:
+                fits = False
+        assert (task_need(y, groups=groups, n_partitions=3) is None) == fits, (trial, y.tolist())

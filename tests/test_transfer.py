@@ -153,6 +153,53 @@ def test_single_class_finding_recorded_not_raised():
     assert row.loc["finding_0", "reason"] == "" and row.loc["finding_0", "retention"] > 0.97
 
 
+def test_skipped_finding_is_recorded_in_the_table_not_warned(caplog):
+    # a finding with one class in a split is expected (rare findings); the table records why, the log only at
+    # INFO, so that a notebook page shows no stderr for it (the caller reads the reasons from the table)
+    rng, old, labels = _data(n=600)
+    mp, trn, tst = _split(600)
+    labels = labels.copy()
+    labels["never"] = 0
+    with caplog.at_level("INFO", logger="crslib.transfer"):
+        t = tr.classifier_transfer(old, old, labels, map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=20).table
+    assert t.set_index("finding").loc["never", "reason"].startswith("single class in the training split")
+    skipped = [r for r in caplog.records if "'never' skipped" in r.getMessage()]
+    assert [r.levelname for r in skipped] == ["INFO"]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="crslib.transfer"):
+        tr.classifier_transfer(old, old, labels[["never"]], map_idx=mp, train_idx=trn, test_idx=tst, n_resamples=20)
+    assert [r.levelname for r in caplog.records if "no finding" in r.getMessage()] == ["INFO"]
+
+
+def test_transfer_targets_findings_label_and_reasons():
+    patients = [f"p{i}" for i in range(12)]
+    m = pd.DataFrame({"patient_id": patients, "finding_a": [0, 1] * 6, "finding_rare": [1] + [0] * 11,
+                      "finding_text": ["no", "yes"] * 6, "label": ["x", "y", "z"] * 4})
+    targets, left_out = tr.transfer_targets(m, min_per_class=3)
+    assert list(targets) == ["finding_a", "finding_text=yes"]  # findings win over label; text coded 0/1
+    assert targets["finding_a"].tolist() == [0.0, 1.0] * 6 and targets["finding_text=yes"].tolist() == [0.0, 1.0] * 6
+    assert left_out == {"finding_rare": "`finding_rare` needs at least 3 patients of each of its two classes; "
+                                        "it has 0: 11, 1: 1"}
+    # without findings: a two-class text label, missing values kept as NaN
+    m = pd.DataFrame({"patient_id": patients, "label": ["NORMAL", "PNEUMONIA", None] * 4})
+    targets, left_out = tr.transfer_targets(m, min_per_class=4)
+    assert list(targets) == ["label=PNEUMONIA"] and left_out == {}
+    assert targets["label=PNEUMONIA"].tolist()[:3] == [0.0, 1.0, pytest.approx(np.nan, nan_ok=True)]
+    # counted in patients, not images
+    m3 = pd.DataFrame({"patient_id": ["p1"] * 6 + ["p2"] * 6, "label": ["a", "b"] * 6})
+    assert tr.transfer_targets(m3, min_per_class=3)[1]["label"].endswith("it has a: 2, b: 2")
+    # a multi-class label, and neither findings nor label
+    m = pd.DataFrame({"patient_id": patients, "label": ["x", "y", "z"] * 4})
+    targets, left_out = tr.transfer_targets(m)
+    assert targets.shape[1] == 0 and left_out["label"].startswith("`label` needs exactly two classes; it has 3")
+    targets, left_out = tr.transfer_targets(m.drop(columns="label"))
+    assert targets.shape == (12, 0) and left_out == {"label": (
+        "the manifest has no finding_* columns and no `label` column; add 0/1 finding_* columns or a two-class "
+        "`label` to run it")}
+    with pytest.raises(InputError, match="must be a DataFrame"):
+        tr.transfer_targets([1, 2])
+
+
 def test_transfer_sweep_patient_disjoint_and_capped():
     rng, old, labels = _data(n=1200, d=16, n_findings=2, seed=5)
     new = old @ rng.normal(size=(16, 16)) + 0.05 * rng.normal(size=(1200, 16))

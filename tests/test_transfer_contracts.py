@@ -317,15 +317,16 @@ def test_classifier_transfer_defaults_and_degenerate_cases(caplog):
     assert other.loc[0, "auroc_transferred"] != default.table.loc[0, "auroc_transferred"]
     lstsq = T.classifier_transfer(old, new, labels, **sets, method="lstsq", n_resamples=20)
     assert lstsq.method == "lstsq" and lstsq.alpha is None
-    # a single class in the test split is a reason and a warning, not an error
+    # a single class in the test split is a reason in the table and an INFO log line, not an error or a warning
     negatives = np.flatnonzero(labels["nodule"].to_numpy()[80:] == 0)[:2] + 80
-    with caplog.at_level("WARNING", logger="crslib.transfer"):
+    with caplog.at_level("INFO", logger="crslib.transfer"):
         one = T.classifier_transfer(old, new, labels, map_idx=np.arange(40), train_idx=np.arange(40, 80),
                                     test_idx=negatives, n_resamples=20).table
     assert one.loc[0, "reason"] == "single class in the test split (0 positive of 2)"
     assert np.isfinite(one.loc[0, "map_r2"]) and one.loc[0, "n_train"] == 40
     assert "classifier_transfer: finding 'nodule' skipped: single class in the test split" in caplog.text
     assert "classifier_transfer: no finding could be evaluated" in caplog.text
+    assert {r.levelname for r in caplog.records if r.name == "crslib.transfer"} == {"INFO"}
 
 
 def test_transfer_sweep_rows_equal_classifier_transfer_on_the_same_split():

@@ -56,6 +56,7 @@ from crslib.models.public import (
 from crslib.models.specs import (
     SPEC_FORMS,
     ParsedSpec,
+    is_random_init,
     load_encoder,
     load_public_encoder,
     parse_spec,
@@ -99,6 +100,7 @@ __all__ = [
     "convert_efficientnet_lite0",
     "efficientnet_lite0_key_map",
     "finetune_classifier",
+    "is_random_init",
     "list_zoo",
     "load_encoder",
     "load_public_encoder",

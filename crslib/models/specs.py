@@ -142,6 +142,7 @@ __all__ = [
     "ParsedSpec",
     "load_encoder",
     "load_public_encoder",
+    "is_random_init",
     "parse_spec",
     "random_init_spec",
     "with_image_size",
@@ -365,6 +366,29 @@ def random_init_spec(spec: str) -> str | None:
         match = re.fullmatch(r"[a-z_]+-(?P<arch>[a-z0-9_]+)-seed\d+(@\w+)?", parsed.target)
         return f"zoo:random_init-{match['arch']}-seed0" if match else None
     return None
+
+
+def is_random_init(spec: str) -> bool:
+    """Whether a spec names a randomly initialised network (no trained weights).
+
+    A ``timm`` spec without ``weights=`` or ``pretrained=`` is a seeded
+    random network, and so is a zoo ``random_init`` model: either serves as
+    the random floor of an agreement study itself. Public and ONNX models
+    carry trained weights.
+
+    Examples
+    --------
+    >>> is_random_init("timm:resnet18?size=64"), is_random_init("timm:resnet18?weights=/w/r18.pth")
+    (True, False)
+    >>> is_random_init("zoo:random_init-cnn_small-seed1"), is_random_init("public:efficientnet_lite0")
+    (True, False)
+    """
+    parsed = parse_spec(spec)
+    if parsed.backend == "timm":
+        return not {"weights", "pretrained"} & set(parsed.options)
+    if parsed.backend == "zoo":
+        return parsed.target.startswith("random_init-")
+    return False
 
 
 def _load_onnx(parsed: ParsedSpec, spec: str) -> OnnxEncoder:

@@ -1,0 +1,72 @@
+"""Chapter 05 on a Kermany-layout folder of real images gives the numbers `crs audit` gives on it.
+
+The chapter and the command share :func:`crslib.audit.run_audit`; this test
+checks the plumbing around it (loading the folder, the file properties, the
+embeddings of the same model at the same input size, the seed, the resamples
+and the permutations), so that a reader of the book and a user of the command
+get the same audit of the same data.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from realdata import write_kermany
+
+from crslib.cli import main
+from crslib.runner import execute_notebook, read_skips
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = Path(__file__).resolve().parent.parent / "notebooks" / "05_split_and_shortcut_audit.py"
+MODEL = "public:efficientnet_lite0"
+PUBLIC_SIZE = 64
+RESAMPLES = 50
+PERMUTATIONS = 5
+SEED = 0
+
+
+@pytest.fixture(scope="module")
+def audits(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, dict, Path]:
+    """(the chapter's audit.json, crs audit's audit.json, the chapter's results folder) on one Kermany folder."""
+    root = tmp_path_factory.mktemp("chapter05")
+    folder = write_kermany(root / "chest_xray")
+    results = root / "results"
+    execute_notebook(NOTEBOOK, root / "05.ipynb", {
+        "data": str(folder), "model": MODEL, "public_size": PUBLIC_SIZE, "n_resamples": RESAMPLES,
+        "n_permutations": PERMUTATIONS, "seed": SEED, "results_dir": str(results),
+    }, cwd=root)
+    status = main(["audit", "--data", str(folder), "--model", f"{MODEL}?size={PUBLIC_SIZE}",
+                   "--resamples", str(RESAMPLES), "--seed", str(SEED), "--permutations", str(PERMUTATIONS),
+                   "--out", str(root / "crs-audit")])
+    assert status == 0
+    chapter = json.loads((results / "audit.json").read_text(encoding="utf-8"))
+    command = json.loads((root / "crs-audit" / "audit.json").read_text(encoding="utf-8"))
+    return chapter, command, results
+
+
+def test_chapter_runs_the_audits_on_a_kermany_folder(audits) -> None:
+    chapter, _, results = audits
+    assert read_skips(results) == []
+    assert chapter["partition_embeddings"] is not None
+    assert chapter["partition_properties"]["n_permutations"] == PERMUTATIONS
+    assert {"partition_auc.csv", "shortcut_balanced_accuracy.csv", "evidence.json", "audit.html"} <= {
+        p.name for p in results.iterdir()}
+    # no phantom without shortcut is audited next to the user's data
+    assert not (results / "audit_null.json").exists()
+
+
+@pytest.mark.parametrize("part", ["partition_properties", "partition_embeddings", "shortcut"])
+def test_chapter_numbers_equal_crs_audit(audits, part: str) -> None:
+    chapter, command, _ = audits
+    assert chapter[part] == command[part]
+
+
+def test_chapter_split_and_images_equal_crs_audit(audits) -> None:
+    chapter, command, _ = audits
+    for key in ("n_images", "label_column", "pool", "test", "provenance", "property_columns", "notes"):
+        assert chapter[key] == command[key], key
+    scopes = {row["scope"] for row in chapter["partition_properties"]["table"]}
+    assert scopes == {"all", "class=NORMAL", "class=PNEUMONIA"}
