@@ -71,7 +71,7 @@ def match_equivalent(results: dict[str, dict[str, str]], entries: list[dict[str,
     matched, used = {}, set()
     for module, statuses in results.items():
         for name, status in statuses.items():
-            if status != "survived":
+            if status not in ("survived", "no tests"):  # import-time code is never reached by a test run
                 continue
             function = name.rsplit("__mutmut_", 1)[0]
             lines = None
@@ -83,21 +83,35 @@ def match_equivalent(results: dict[str, dict[str, str]], entries: list[dict[str,
                     matched[name] = entry["why"]
                     used.add(i)
                     break
-    modules = set(results)
-    stale = [e for i, e in enumerate(entries) if i not in used and e["function"].split(".")[1] in modules]
+    # an entry is stale only once every mutant of its function has been run (a partial run proves nothing)
+    finished = {}
+    for statuses in results.values():
+        for name, status in statuses.items():
+            function = name.rsplit("__mutmut_", 1)[0]
+            finished[function] = finished.get(function, True) and status != "not checked"
+    stale = [e for i, e in enumerate(entries) if i not in used and finished.get(e["function"], False)]
     return matched, stale
 
 
 def summarise(statuses: dict[str, str], equivalent: dict[str, str]) -> dict[str, float | int]:
     counts = Counter(statuses.values())
-    n_equivalent = sum(1 for name, status in statuses.items() if status == "survived" and name in equivalent)
+    n_equivalent = sum(1 for name, status in statuses.items() if status in ("survived", "no tests") and name in equivalent)
+    n_equivalent_unreached = sum(1 for name, status in statuses.items() if status == "no tests" and name in equivalent)
     checked = len(statuses) - counts["not checked"] - n_equivalent
     caught = sum(counts[s] for s in CAUGHT)
     return {
         "total": len(statuses), "killed": counts["killed"], "timeout": counts["timeout"],
-        "survived": counts["survived"] - n_equivalent, "equivalent": n_equivalent, "no_tests": counts["no tests"],
+        "survived": counts["survived"] - (n_equivalent - n_equivalent_unreached), "equivalent": n_equivalent,
+        "no_tests": counts["no tests"] - n_equivalent_unreached,
         "not_checked": counts["not checked"], "rate": caught / checked if checked else float("nan"),
     }
+
+
+def _rate(summary: dict[str, float | int]) -> str:
+    """The kill rate, or "not run" when no mutant of the module has been run yet."""
+    if summary["rate"] == summary["rate"]:
+        return f"{summary['rate']:.1%}"
+    return "all equivalent" if summary["not_checked"] == 0 else "not run"
 
 
 def render(results: dict[str, dict[str, str]], entries: list[dict[str, str]]) -> tuple[str, dict[str, dict]]:
@@ -109,7 +123,7 @@ def render(results: dict[str, dict[str, str]], entries: list[dict[str, str]]) ->
     for module, statuses in results.items():
         s = summaries[module] = summarise(statuses, equivalent)
         lines.append(f"| {module} | {s['total']} | {s['killed']} | {s['timeout']} | {s['survived']} | "
-                     f"{s['no_tests']} | {s['equivalent']} | {s['not_checked']} | {s['rate']:.1%} |")
+                     f"{s['no_tests']} | {s['equivalent']} | {s['not_checked']} | {_rate(s)} |")
     if stale:
         lines += ["", f"Entries of {EQUIVALENT_FILE} that match no surviving mutant (update or remove them):",
                   *[f"- `{e['function']}`: `{e['mutated']}`" for e in stale]]
@@ -148,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     for module, s in summaries.items():
         print(f"{module:10s} {s['total']:5d} mutants  killed {s['killed'] + s['timeout']:5d}  "
               f"survived {s['survived'] + s['no_tests']:4d}  equivalent {s['equivalent']:3d}  "
-              f"not checked {s['not_checked']:4d}  kill rate {s['rate']:.1%}")
+              f"not checked {s['not_checked']:4d}  kill rate {_rate(s)}")
     print(f"survivors with diffs: {REPORT}")
     low = [m for m, s in summaries.items() if args.min_rate is not None and not s["rate"] >= args.min_rate]
     return 1 if low else 0
