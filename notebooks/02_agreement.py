@@ -215,6 +215,9 @@ if has_agreement:
     ax.set(xlabel=f"mean mutual {k}-NN overlap with the other models")
     ax.legend(frameon=False)
     plt.show()
+
+# %% tags=["hide-input"]
+if has_agreement:
     trained = order.drop(random_names)
     floor = (f"{len(random_pairs)} pair(s) of random-init networks share {random_level:.3f} on average"
              if random_pairs else f"{names_list(random_names)} is the only random-init network"
@@ -506,10 +509,13 @@ if convergence is not None:
         ax.set(xlabel=f"mutual {k}-NN overlap", ylabel="")
         ax.legend(frameon=False, fontsize=8)
         plt.show()
-        kinds = pairs.groupby("pair", sort=False)["overlap"].agg(["mean", "size"])
-        display(Markdown("In the plot: " + "; ".join(
-            f"{kind}: mean {row['mean']:.3f} over {int(row['size'])} pair(s)" for kind, row in kinds.iterrows())
-            + f" (chance {chance:.3f})."))
+
+# %% tags=["hide-input"]
+if convergence is not None and len(pairs):
+    kinds = pairs.groupby("pair", sort=False)["overlap"].agg(["mean", "size"])
+    display(Markdown("In the plot: " + "; ".join(
+        f"{kind}: mean {row['mean']:.3f} over {int(row['size'])} pair(s)" for kind, row in kinds.iterrows())
+        + f" (chance {chance:.3f})."))
 
 # %% [markdown]
 # ## Other views of similarity

@@ -125,7 +125,7 @@ if can_map:
 # classifier then scores the mapped test images. CIs are bootstrap
 # intervals over test patients.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "AUROC retention per finding when the old model's classifiers score the new model's embeddings mapped into the old space.", "name": "fig-03-4"}, "image": {"alt": "Bar charts of AUROC retention per finding for each new model"}}
+# %% tags=["hide-input"]
 transferred = False
 if can_transfer:
     tables = []
@@ -145,6 +145,8 @@ if can_transfer:
         None if transfer["reason"].eq("").any() else
         "no target has both classes among the training and among the test images of this run's patient partition",
     )
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "AUROC retention per finding when the old model's classifiers score the new model's embeddings mapped into the old space.", "name": "fig-03-4"}, "image": {"alt": "Bar charts of AUROC retention per finding for each new model"}}
 if transferred:
     fig, axes = plt.subplots(1, len(candidates), figsize=(4.2 * len(candidates), 3.6), sharex=True, squeeze=False)
     for ax, spec in zip(axes[0], candidates):

@@ -245,7 +245,8 @@ if run_grid:
 # with the threshold; everything a clinician would act on does.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Test balanced accuracy of each backbone under five threshold rules fitted on validation.", "name": "fig-04-8"}, "image": {"alt": "Dot plots of balanced accuracy per backbone and threshold rule, frozen and fine-tuned"}}
-if skips.check("the comparison of threshold rules", grid_need):
+show_rules = skips.check("the comparison of threshold rules", grid_need)
+if show_rules:
     ba = grid[(grid.metric == "balanced_accuracy") & (grid.seed == seed_list[0])].copy()
     ba["backbone"] = ba["backbone"].map(short)
     fig, axes = plt.subplots(1, len(policies), figsize=(5.5 * len(policies), 0.45 * len(order) + 1.6), sharey=True,
@@ -260,6 +261,9 @@ if skips.check("the comparison of threshold rules", grid_need):
                        bbox_to_anchor=(1.02, 1), loc="upper left")
     fig.tight_layout()
     plt.show()
+
+# %% tags=["hide-input"]
+if show_rules:
     spread = ba.groupby(["backbone", "policy"])["value"].agg(lambda v: v.max() - v.min())
     widest = spread.idxmax()
     display(Markdown(
@@ -382,7 +386,8 @@ if skips.check("the validation-to-test transfer of calibration", grid_need):
                          for policy, r in cal_method.iterrows()) + "."))
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Reliability diagram of the reported model on the test split before and after validation-fitted scaling, with bootstrap bands.", "name": "fig-04-16"}, "image": {"alt": "Reliability diagram: observed against predicted probability"}}
-if skips.check("the reliability diagram of the reported model", grid_need):
+show_reliability = skips.check("the reliability diagram of the reported model", grid_need)
+if show_reliability:
     rep = predictions[(predictions.backbone == reported_backbone) & (predictions.policy == reported_policy)
                       & (predictions.seed == seed_list[0])]
     val, test = rep[rep.split == "val"], rep[rep.split == "test"]
@@ -398,6 +403,9 @@ if skips.check("the reliability diagram of the reported model", grid_need):
     ax.set_title(f"{short(reported_backbone)}, {reported_policy}: test split", fontsize=10)
     fig.tight_layout()
     plt.show()
+
+# %% tags=["hide-input"]
+if show_reliability:
     rep_cal = calibration[(calibration.backbone == reported_backbone) & (calibration.policy == reported_policy)
                           & (calibration.seed == seed_list[0])].set_index("method")
     display(Markdown(
