@@ -148,7 +148,7 @@ has_random = skips.check(
 # images are excluded as neighbours, so a patient's second image does not
 # count as agreement.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Mutual k-NN overlap between every pair of models in this run; chance is k/(N-1).", "name": "fig-02-4"}, "image": {"alt": "Heatmap of the pairwise mutual nearest-neighbour overlap between models"}}
+# %% tags=["hide-input"]
 largest_patient = int(manifest.groupby("patient_id").size().max())
 agreement_need = (
     f"they need at least 2 models; this run has {len(specs)} ({', '.join(specs)})" if len(specs) < 2
@@ -156,6 +156,8 @@ agreement_need = (
          f"has {largest_patient} of the {len(manifest)} images" if len(manifest) - largest_patient <= k
     else None)
 has_agreement = skips.check("the agreement analyses", agreement_need)
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Mutual k-NN overlap between every pair of models in this run; chance is k/(N-1).", "name": "fig-02-4"}, "image": {"alt": "Heatmap of the pairwise mutual nearest-neighbour overlap between models"}}
 if has_agreement:
     agreement_result, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups,
                                                              return_per_image=True, scheduler=scheduler)
@@ -330,7 +332,7 @@ if read:
 # bootstrap CI over images; the table below it gives the mean overlap per
 # level.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Share of the per-image overlap variance explained by source, view and findings (R², 95% CI).", "name": "fig-02-10"}, "image": {"alt": "Bar charts of the overlap variance explained by image attributes"}}
+# %% tags=["hide-input"]
 targets, targets_left_out = probes.probe_targets(manifest, random_state=seed)
 has_pair = has_agreement and skips.check(
     "the analyses of one pair of models (what agreement follows, other similarity measures)",
@@ -355,6 +357,8 @@ if has_pair:
         by_level = subgroups.overlap_by_subgroup(focus_per_image, manifest, columns=level_columns,
                                                  groups=groups, n_resamples=n_resamples, random_state=seed)
         by_level.to_csv(results / "overlap_by_subgroup.csv", index=False)
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Share of the per-image overlap variance explained by source, view and findings (R², 95% CI).", "name": "fig-02-10"}, "image": {"alt": "Bar charts of the overlap variance explained by image attributes"}}
 panels = [p for p in (shares, by_level) if p is not None]
 if panels:
     fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 3.8), squeeze=False)
@@ -408,7 +412,7 @@ if by_level is not None:
 # association is tested with a Mantel test that permutes models, not pairs;
 # the Spearman correlation over pairs is shown beside it for reference.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of each pair of models against the difference of their linear-probe AUROCs.", "name": "fig-02-12"}, "image": {"alt": "Scatter plot of pairwise overlap against the difference in probe accuracy"}}
+# %% tags=["hide-input"]
 probe = association = None
 for column, reason in targets_left_out.items():
     if not targets.empty:
@@ -429,12 +433,15 @@ if skips.check("the linear probe", None if not targets.empty else next(iter(targ
         association = agreement.accuracy_agreement_association(matrix.loc[scored.index, scored.index], scored,
                                                                random_state=seed)
         pd.Series(association, dtype=object).to_frame("value").to_csv(results / "accuracy_association.csv")
-        fig, ax = plt.subplots(figsize=(5, 4))
-        accuracy_gap = np.abs(scored.to_numpy()[:, None] - scored.to_numpy()[None, :])
-        upper = np.triu_indices(len(scored), 1)
-        ax.scatter(accuracy_gap[upper], matrix.loc[scored.index, scored.index].to_numpy()[upper], s=12, alpha=0.7)
-        ax.set(xlabel="|difference in mean linear-probe AUROC|", ylabel=f"mutual {k}-NN overlap")
-        plt.show()
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Agreement of each pair of models against the difference of their linear-probe AUROCs.", "name": "fig-02-12"}, "image": {"alt": "Scatter plot of pairwise overlap against the difference in probe accuracy"}}
+if association is not None:
+    fig, ax = plt.subplots(figsize=(5, 4))
+    accuracy_gap = np.abs(scored.to_numpy()[:, None] - scored.to_numpy()[None, :])
+    upper = np.triu_indices(len(scored), 1)
+    ax.scatter(accuracy_gap[upper], matrix.loc[scored.index, scored.index].to_numpy()[upper], s=12, alpha=0.7)
+    ax.set(xlabel="|difference in mean linear-probe AUROC|", ylabel=f"mutual {k}-NN overlap")
+    plt.show()
 
 # %% tags=["hide-input"]
 if association is not None:

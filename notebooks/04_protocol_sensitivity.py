@@ -200,8 +200,11 @@ if skips.check("the protocol grid (backbones x training policies x threshold rul
 # backbones and the gap between the two policies are the two effects the
 # paper compares.
 
+# %% tags=["hide-input"]
+show_policies = skips.check("the comparison of frozen and fine-tuned backbones", grid_need)
+
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Test AUROC (95% patient-grouped bootstrap CI) of each backbone, frozen and fine-tuned, on the chapter's data (by default the Kermany-like phantom).", "name": "fig-04-6"}, "image": {"alt": "Dot plot with intervals of test AUROC per backbone and training policy"}}
-if skips.check("the comparison of frozen and fine-tuned backbones", grid_need):
+if show_policies:
     head = protocol.headline_table(grid, rule=reported_rule).reset_index()
     head["backbone"] = head["backbone"].map(short)
     order = head[head.policy == "frozen"].sort_values("auroc")["backbone"].tolist()
@@ -244,8 +247,10 @@ if run_grid:
 # accuracy on test for each backbone (first seed). AUROC does not change
 # with the threshold; everything a clinician would act on does.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Test balanced accuracy of each backbone under five threshold rules fitted on validation.", "name": "fig-04-8"}, "image": {"alt": "Dot plots of balanced accuracy per backbone and threshold rule, frozen and fine-tuned"}}
+# %% tags=["hide-input"]
 show_rules = skips.check("the comparison of threshold rules", grid_need)
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Test balanced accuracy of each backbone under five threshold rules fitted on validation.", "name": "fig-04-8"}, "image": {"alt": "Dot plots of balanced accuracy per backbone and threshold rule, frozen and fine-tuned"}}
 if show_rules:
     ba = grid[(grid.metric == "balanced_accuracy") & (grid.seed == seed_list[0])].copy()
     ba["backbone"] = ba["backbone"].map(short)
@@ -282,8 +287,11 @@ if show_rules:
 # backbone, policy and seed; balanced accuracy for the threshold, which
 # cannot move AUROC.
 
+# %% tags=["hide-input"]
+show_effects = skips.check("the effect summary", grid_need)
+
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mean absolute change of the headline metric per factor in this run; diamonds: the paper's Kermany values.", "name": "fig-04-10"}, "image": {"alt": "Bar chart of the effect of backbone, policy, threshold rule and seed"}}
-if skips.check("the effect summary", grid_need):
+if show_effects:
     effects = protocol.effect_summary(grid)
     effects.to_csv(results / "effect_summary.csv", index=False)
     fig, ax = plt.subplots(figsize=(6.5, 3.0))
@@ -385,8 +393,10 @@ if skips.check("the validation-to-test transfer of calibration", grid_need):
                          f"{policy} {r.ece_uniform_before:.3f} → {r.ece_uniform_after:.3f}"
                          for policy, r in cal_method.iterrows()) + "."))
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Reliability diagram of the reported model on the test split before and after validation-fitted scaling, with bootstrap bands.", "name": "fig-04-16"}, "image": {"alt": "Reliability diagram: observed against predicted probability"}}
+# %% tags=["hide-input"]
 show_reliability = skips.check("the reliability diagram of the reported model", grid_need)
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Reliability diagram of the reported model on the test split before and after validation-fitted scaling, with bootstrap bands.", "name": "fig-04-16"}, "image": {"alt": "Reliability diagram: observed against predicted probability"}}
 if show_reliability:
     rep = predictions[(predictions.backbone == reported_backbone) & (predictions.policy == reported_policy)
                       & (predictions.seed == seed_list[0])]

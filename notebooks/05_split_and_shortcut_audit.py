@@ -174,7 +174,7 @@ else:
 # narrow; the permutation p-value (the split shuffled between whole
 # patients and the cross-validation rerun) is the test of "no difference".
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Partition classifier AUC (training pool vs official test split) from embeddings and file properties, overall and per class; on the phantom with and without the injected effects.", "name": "fig-05-4"}, "image": {"alt": "Dot plots with intervals of partition AUC by source and class"}}
+# %% tags=["hide-input"]
 def partition_rows(res, name):
     rows = []
     for source, part in (("embeddings", res.partition_embeddings), ("file properties", res.partition_properties)):
@@ -200,6 +200,8 @@ if result is not None:
             (results / "audit_null.json").write_text(result_null.to_json())
             audits.append(("phantom without", "phantom without", result_null))
 run_partition = skips.check("the partition classifier (training pool vs official test split)", need)
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Partition classifier AUC (training pool vs official test split) from embeddings and file properties, overall and per class; on the phantom with and without the injected effects.", "name": "fig-05-4"}, "image": {"alt": "Dot plots with intervals of partition AUC by source and class"}}
 if run_partition:
     partition = pd.concat([partition_rows(res, name) for name, _, res in audits], ignore_index=True)
     partition["scope"] = (partition["scope"].replace({"class=0": "NORMAL", "class=1": "PNEUMONIA"}) if is_phantom
@@ -260,8 +262,10 @@ if run_partition:
 # shortcut every property carries it redundantly, so shuffling any one
 # changes little).
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Balanced accuracy of the file-property classifier in the pool and on the test split, and the file properties that carry the label.", "name": "fig-05-6"}, "image": {"alt": "Dot plot of shortcut balanced accuracy and bar chart of single-property accuracy"}}
+# %% tags=["hide-input"]
 run_shortcut = skips.check("the shortcut classifier (file properties to label)", need)
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Balanced accuracy of the file-property classifier in the pool and on the test split, and the file properties that carry the label.", "name": "fig-05-6"}, "image": {"alt": "Dot plot of shortcut balanced accuracy and bar chart of single-property accuracy"}}
 if run_shortcut:
     shortcut = pd.concat([res.shortcut.table.assign(data=name) for _, name, res in audits], ignore_index=True)
     shortcut.to_csv(results / "shortcut_balanced_accuracy.csv", index=False)
