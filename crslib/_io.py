@@ -117,12 +117,12 @@ def json_ready(obj: Any, digits: int | None = None) -> Any:
 class JsonResult:
     """Mixin of the result dataclasses: ``to_json()`` is their ``to_dict()`` as JSON text.
 
-    ``to_dict()`` (JSON-ready: NaN as None, arrays as lists) is what a caller
-    inspects; ``to_json()`` is what a run writes to a file.
+    ``to_dict()`` (JSON-ready: NaN as None, arrays as lists), which each
+    result class defines, is what a caller inspects; ``to_json()`` is what a
+    run writes to a file.
     """
 
-    def to_dict(self) -> dict[str, Any]:  # pragma: no cover - every subclass defines it
-        raise NotImplementedError
+    to_dict: Any  # defined by every result class
 
     def to_json(self) -> str:
         """:meth:`to_dict` as indented JSON text, ending with a newline."""
