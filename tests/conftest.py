@@ -81,6 +81,7 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "splits": ("audit", "risk", "stats", "transfer", "splits"),
     "shortcut": ("audit", "shortcut"),
     "risk_results": ("risk",),
+    "risk_needs": ("risk",),
     "checklist_items": ("checklist",),
 }
 
