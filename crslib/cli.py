@@ -250,6 +250,20 @@ def _cmd_checklist(args: argparse.Namespace) -> int:
     return 1 if args.strict and checklist.n_missing else 0
 
 
+def _cmd_claims(args: argparse.Namespace) -> int:
+    from crslib._io import atomic_write_text
+    from crslib.claims import build_ledger
+
+    ledger = build_ledger(args.run_dir)
+    print(ledger.to_markdown())
+    print(", ".join(f"{n} {name}" for name, n in ledger.counts().items() if n) + f" (of {len(ledger.verdicts)})")
+    for path, text in ((args.json, ledger.to_json()), (args.markdown, ledger.to_markdown())):
+        if path:
+            atomic_write_text(path, text)
+            print(f"written to {path}")
+    return 0
+
+
 def _cmd_book(args: argparse.Namespace) -> int:
     from crslib.runner import build_book
 
@@ -413,6 +427,21 @@ def _add_checklist_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_checklist)
 
 
+def _add_claims_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "claims",
+        help="the claims ledger of a run folder: each claim of the studies, this run's number, the verdict",
+        description="Read a run folder's result tables (from `crs book`, with its own --data/--models or the "
+        "default) and print the claims ledger: every claim of the three studies with the paper's number, "
+        "this run's number and interval, the decision rule and the verdict (held, not held, reversed, "
+        "inconclusive, not evaluated with the reason). Exit status 0 whatever the verdicts.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR", help="a run folder under runs/ (or its results/ folder)")
+    p.add_argument("--json", metavar="FILE", help="also write the ledger as JSON (one object per claim)")
+    p.add_argument("--markdown", metavar="FILE", help="also write the ledger as a Markdown table")
+    p.set_defaults(func=_cmd_claims)
+
+
 def _add_book_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "book",
@@ -457,6 +486,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_audit_command(sub)
     _add_risk_command(sub)
     _add_checklist_command(sub)
+    _add_claims_command(sub)
     _add_book_command(sub)
     return parser
 
