@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from crslib._io import atomic_write_json, atomic_write_text, digest_of, file_sha256
+from crslib.claims import build_ledger, render_claims_page
 from crslib.config import cache_dir, load_preset
 from crslib.errors import ConfigError, NotebookError
 
@@ -659,17 +660,67 @@ def render_reproducibility(record: RunRecord) -> str:
 
 def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) -> Path:
     """Copy a run's executed notebooks and record into ``book/generated/`` and
-    write its reproducibility page there."""
+    write its reproducibility and claims pages there."""
     root = Path(book_root) if book_root else REPO_ROOT
     target = root / GENERATED
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
     for notebook in record.notebooks:
-        shutil.copy2(notebook.output, target / Path(notebook.output).name)
+        staged = target / Path(notebook.output).name
+        shutil.copy2(notebook.output, staged)
+        downloads = _copy_downloads(notebook.parameters.get("results_dir"), target / "results" / staged.stem)
+        _present_for_readers(staged, notebook.parameters, downloads)
     shutil.copy2(Path(record.run_dir) / "run.json", target / "run.json")
     atomic_write_text(target / "reproducibility.md", render_reproducibility(record))
+    atomic_write_text(target / "claims.md", render_claims_page(build_ledger(record.run_dir), run_id=record.run_id))
     return target
+
+
+#: Result files a chapter's readers can download (tables and reports; not arrays or caches).
+DOWNLOAD_SUFFIXES = (".csv", ".json", ".html", ".md")
+
+
+def _copy_downloads(results_dir: str | None, target: Path) -> list[Path]:
+    """Copy a chapter's result tables and reports next to its staged page; return the copies."""
+    source = Path(results_dir) if results_dir else None
+    if source is None or not source.is_dir():
+        return []
+    copies = []
+    for path in sorted(source.iterdir()):
+        if path.is_file() and path.suffix in DOWNLOAD_SUFFIXES:
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target / path.name)
+            copies.append(target / path.name)
+    return copies
+
+
+def _present_for_readers(path: Path, parameters: dict[str, Any], downloads: list[Path]) -> None:
+    """Edit a staged notebook for the book: one *Parameters of this run* box instead of the two parameters
+    cells (the injected one names the build machine's run folder), and a list of the chapter's downloads."""
+    import html
+
+    import nbformat
+
+    notebook = nbformat.read(path, as_version=4)
+    position = 0
+    for index, cell in enumerate(notebook.cells):
+        tags = cell.get("metadata", {}).get("tags", [])
+        if {"parameters", "injected-parameters"} & set(tags):
+            cell.metadata["tags"] = [*tags, "remove-cell"]
+            position = index + 1
+    rows = [f"| `{html.escape(name)}` | <code>{html.escape(repr(value)).replace('|', '&#124;')}</code> |"
+            for name, value in parameters.items() if name != "results_dir"]
+    box = ["```{admonition} Parameters of this run", ":class: dropdown", "",
+           "The values this build ran the chapter with (`crs book` sets them; they override the notebook's "
+           "defaults).", "", "| parameter | value |", "|---|---|", *rows, "```"]
+    notebook.cells.insert(position, nbformat.v4.new_markdown_cell("\n".join(box)))
+    if downloads:
+        links = [f"{{download}}`{p.name} <results/{p.parent.name}/{p.name}>`" for p in downloads]
+        notebook.cells.append(nbformat.v4.new_markdown_cell(
+            "**Downloads.** This chapter's result tables and reports, as this run wrote them: "
+            + ", ".join(links) + "."))
+    nbformat.write(notebook, path)
 
 
 def _check_repository_url(url: str | None) -> None:

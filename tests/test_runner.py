@@ -193,6 +193,9 @@ def test_collect_provenance_hashes_data_zoo_and_weights(tmp_path, monkeypatch) -
 
 
 def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
+    import nbformat
+
+    from crslib.claims import CLAIM_IDS
     from crslib.runner import GENERATED, NotebookRecord, RunRecord, render_reproducibility, stage_run
 
     run_dir = tmp_path / "runs" / "r1"
@@ -200,8 +203,19 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
     notebooks = []
     for name in ("01_a", "02_b"):
         output = run_dir / "notebooks" / f"{name}.ipynb"
-        output.write_text(json.dumps({"cells": [], "name": name}))
-        notebooks.append(NotebookRecord(name, {"seed": 1}, 2.0, str(output)))
+        results = run_dir / "results" / name
+        results.mkdir(parents=True)
+        (results / "table.csv").write_text("a,b\n1,2\n")
+        (results / "embeddings.npy").write_bytes(b"not for readers")
+        nb = nbformat.v4.new_notebook(cells=[
+            nbformat.v4.new_markdown_cell("# Title"),
+            nbformat.v4.new_code_cell("seed = 0", metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(f"# Parameters\nseed = 1\nresults_dir = {str(results)!r}",
+                                      metadata={"tags": ["injected-parameters"]}),
+            nbformat.v4.new_code_cell("print(seed)")])
+        nbformat.write(nb, output)
+        notebooks.append(NotebookRecord(name, {"seed": 1, "model": "<b>m|x</b>", "results_dir": str(results)}, 2.0,
+                                        str(output)))
     record = RunRecord("r1", str(run_dir), "quick", {}, "2026-01-01T00:00:00+00:00", notebooks=notebooks,
                        versions={"numpy": "2.4.0"})
     (run_dir / "run.json").write_text(json.dumps(record.to_dict()))
@@ -210,8 +224,25 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
     (book / GENERATED / "stale.ipynb").write_text("from an older run")
     target = stage_run(record, book_root=book)
     assert target == book / "book" / "generated"
-    assert sorted(p.name for p in target.iterdir()) == ["01_a.ipynb", "02_b.ipynb", "reproducibility.md", "run.json"]
+    assert sorted(p.name for p in target.iterdir()) == ["01_a.ipynb", "02_b.ipynb", "claims.md", "reproducibility.md",
+                                                        "results", "run.json"]
+    assert sorted(p.relative_to(target / "results").as_posix() for p in (target / "results").rglob("*.*")) == [
+        "01_a/table.csv", "02_b/table.csv"]  # tables, not arrays
     for notebook in notebooks:
-        assert (target / Path(notebook.output).name).read_bytes() == Path(notebook.output).read_bytes()
+        staged = nbformat.read(target / Path(notebook.output).name, as_version=4)
+        assert [c.metadata.get("tags", []) for c in staged.cells[1:3]] == [["parameters", "remove-cell"],
+                                                                         ["injected-parameters", "remove-cell"]]
+        box = staged.cells[3].source
+        assert box.startswith("```{admonition} Parameters of this run")
+        assert "| `seed` | <code>1</code> |" in box
+        assert "&lt;b&gt;m&#124;x&lt;/b&gt;" in box and "<b>" not in box  # escaped, and no table cell split
+        assert "results_dir" not in box and str(run_dir) not in box
+        assert staged.cells[4].source == "print(seed)"
+        assert staged.cells[-1].source == (f"**Downloads.** This chapter's result tables and reports, as this run "
+                                           f"wrote them: {{download}}`table.csv <results/{notebook.name}/table.csv>`.")
     assert (target / "run.json").read_bytes() == (run_dir / "run.json").read_bytes()
     assert (target / "reproducibility.md").read_text() == render_reproducibility(record)
+    claims_page = (target / "claims.md").read_text()
+    assert claims_page.startswith("# Claims at a glance") and "run `r1`" in claims_page
+    assert all(f"| {cid} |" in claims_page for cid in CLAIM_IDS)
+    assert f"{len(CLAIM_IDS)} not evaluated" in claims_page  # the run wrote no chapter's tables
