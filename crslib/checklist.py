@@ -91,6 +91,7 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ChecklistEntry",
+    "item_concern",
     "Checklist",
     "build_checklist",
     "crosswalk_frame",
@@ -365,6 +366,9 @@ class ChecklistEntry:
     what_to_report : str
     paper_value : float or None
     paper_unit : str
+    concern : str
+        What the recorded evidence shows to be a problem (e.g. a shortcut found), by a rule fixed in
+        :func:`item_concern`; empty when none. An item can be complete (reported) and still a concern.
     """
 
     number: int
@@ -379,6 +383,7 @@ class ChecklistEntry:
     what_to_report: str = ""
     paper_value: float | None = None
     paper_unit: str = ""
+    concern: str = ""
 
     @property
     def complete(self) -> bool:
@@ -408,6 +413,7 @@ class ChecklistEntry:
                 "paper_value": self.paper_value,
                 "paper_unit": self.paper_unit,
                 "what_to_report": self.what_to_report,
+                "concern": self.concern,
                 "crosswalk": {k: list(v) for k, v in self.crosswalk.items()},
             }
         )
@@ -468,8 +474,8 @@ class Checklist:
     def to_markdown(self) -> str:
         """The checklist as a Markdown section.
 
-        One numbered section per item with its status ("✅ complete" or
-        "❌ missing: ..."), the effect measured in this run beside the
+        One numbered section per item with its status ("✅ reported",
+        "⚠️ reported, with a concern: ..." or "❌ missing: ..."), the effect measured in this run beside the
         paper's number (labelled as the paper's), what was recorded and the
         crosswalk to CLAIM 2024, TRIPOD+AI, MI-CLAIM and DOME.
 
@@ -489,7 +495,8 @@ class Checklist:
             "paper's (study 2), not this run's.",
         ]
         for entry in self.items:
-            badge = "✅ complete" if entry.complete else "❌ missing: " + "; ".join(entry.problems)
+            badge = ("❌ missing: " + "; ".join(entry.problems) if not entry.complete
+                     else f"⚠️ reported, with a concern: {entry.concern}" if entry.concern else "✅ reported")
             lines += ["", f"## {entry.number}. {entry.title}", "", f"**Status:** {_oneline(badge)}", ""]
             lines.append(f"- **What to report:** {entry.what_to_report}")
             lines.append(f"- **Measured in this run:** {_describe_effect(entry.effect)}")
@@ -524,6 +531,7 @@ class Checklist:
                 "effect_unit": e.effect.get("unit") if isinstance(e.effect, Mapping) else None,
                 "paper_value": e.paper_value,
                 "problems": "; ".join(e.problems),
+                "concern": e.concern,
             }
             for e in self.items
         ]
@@ -665,9 +673,49 @@ def build_checklist(evidence: Mapping[str, Mapping[str, Any]], *, run_id: str | 
                 what_to_report=spec.what_to_report,
                 paper_value=spec.paper_value,
                 paper_unit=spec.paper_unit,
+                concern=item_concern(spec.item_id, recorded, effect) if not problems else "",
             )
         )
     return Checklist(run_id=run_id, items=entries, extra=dict(extra))
+
+
+def item_concern(item_id: str, fields: Mapping[str, Any], effect: Any) -> str:
+    """What an item's evidence shows to be a problem, by a rule fixed in advance; ``""`` when none.
+
+    ``split``: the partition classifier's interval lies above AUC 0.5 (the test split differs from the
+    pool). ``shortcut``: the file-property classifier's pool interval lies above balanced accuracy 0.5.
+    ``calibration``: validation-fitted calibration made the test ECE worse (a positive change).
+
+    Examples
+    --------
+    >>> item_concern("shortcut", {"pool_balanced_accuracy": {"estimate": 0.99, "low": 0.98, "high": 1.0}}, None)
+    'file properties alone predict the label in the training pool (balanced accuracy 0.990, 95% interval 0.980-1.000)'
+    >>> item_concern("split", {}, {"value": 0.52, "low": 0.45, "high": 0.6})
+    ''
+    """
+    def interval(record: Any, key: str = "estimate") -> tuple[float, float, float] | None:
+        if not isinstance(record, Mapping):
+            return None
+        values = [record.get(name) for name in (key, "low", "high")]
+        if all(isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v) for v in values):
+            return float(values[0]), float(values[1]), float(values[2])
+        return None
+
+    if item_id == "split":
+        found = interval(effect, "value")
+        if found and found[1] > 0.5:
+            return (f"a classifier tells the test split from the training pool (AUC {found[0]:.3f}, 95% interval "
+                    f"{found[1]:.3f}-{found[2]:.3f})")
+    if item_id == "shortcut":
+        found = interval(fields.get("pool_balanced_accuracy"))
+        if found and found[1] > 0.5:
+            return (f"file properties alone predict the label in the training pool (balanced accuracy "
+                    f"{found[0]:.3f}, 95% interval {found[1]:.3f}-{found[2]:.3f})")
+    if item_id == "calibration" and isinstance(effect, Mapping):
+        value = effect.get("value")
+        if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
+            return f"calibration fitted on validation made the test ECE worse (by {value:.3f})"
+    return ""
 
 
 def crosswalk_frame() -> pd.DataFrame:

@@ -402,7 +402,7 @@ ITEMS: tuple[ChecklistItemSpec, ...] = (
             f"Paper: backbones differ by only {_P('backbone_spread'):.3f} AUROC, a difference that cannot be read without "
             "intervals, seeds and split-level spread."
         ),
-        paper_value=_P("backbone_spread"),
+        paper_value=None,  # the paper's backbone spread is another quantity than this run's split-level range
         paper_unit="AUROC",
         crosswalk=_crosswalk(
             ("29", "30", "37", "38"),

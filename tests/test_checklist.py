@@ -330,7 +330,8 @@ def test_to_markdown_shows_titles_statuses_and_papers_numbers():
     assert md.startswith("# Reporting checklist (run r2)")
     for spec in ITEMS:
         assert f"## {spec.number}. {spec.title}" in md
-    assert md.count("✅ complete") == 6
+    assert md.count("✅ reported") + md.count("⚠️ reported, with a concern") == 6
+    assert "⚠️ reported, with a concern: a classifier tells the test split from the training pool (AUC 0.710" in md
     assert md.count("❌ missing") == 1
     assert "❌ missing: threshold fitted on the test split" in md
     for line in [ln for ln in md.splitlines() if any(n in ln for n in ("0.697", "0.044", "0.090", "0.992"))]:
@@ -498,7 +499,9 @@ def test_markdown_lines_are_exact():
     assert lines[0] == "# Reporting checklist (run r1)"
     assert lines[2] == ("7 of 7 items complete. Numbers marked *Paper* are the paper's (study 2), not this run's.")
     assert "## 1. " + ITEMS[0].title in lines
-    assert "**Status:** ✅ complete" in lines
+    assert "**Status:** ✅ reported" in lines
+    assert ("**Status:** ⚠️ reported, with a concern: a classifier tells the test split from the training pool "
+            "(AUC 0.710, 95% interval 0.680-0.740)") in lines
     assert ("- **Measured in this run:** partition classifier, test split vs pool: 0.710 AUC (CI 0.680 to 0.740) "
             "(paper: 0.697) — source: nb/02_protocol") in lines
     assert ("- **Recorded:** provenance: Kermany official train/test folders; validation carved from train by "
@@ -540,7 +543,7 @@ def test_frame_dict_and_json_values():
     cl = build_checklist(_with("calibration", effect=_effect("ECE", float("inf"), "ECE")), run_id="x")
     frame = cl.to_frame()
     assert list(frame.columns) == ["number", "item", "title", "status", "effect_value", "effect_unit",
-                                   "paper_value", "problems"]
+                                   "paper_value", "problems", "concern"]
     row = frame.set_index("item").loc["split"]
     assert (row["number"], row["status"], row["effect_value"], row["effect_unit"], row["problems"]) == (
         1, "complete", 0.71, "AUC", "")
@@ -552,7 +555,7 @@ def test_frame_dict_and_json_values():
     assert empty.loc[0, "problems"].startswith("not recorded in this run (needs ")
     entry = cl["split"].to_dict()
     assert list(entry) == ["number", "item_id", "title", "status", "problems", "fields", "effect", "paper_effect",
-                           "paper_value", "paper_unit", "what_to_report", "crosswalk"]
+                           "paper_value", "paper_unit", "what_to_report", "concern", "crosswalk"]
     assert entry["number"] == 1 and entry["status"] == "complete" and entry["problems"] == []
     assert entry["fields"]["partition_auc"] == {"estimate": 0.71, "low": 0.68, "high": 0.74}
     assert entry["effect"]["paper"] == 0.697 and isinstance(entry["crosswalk"]["CLAIM 2024"], list)
@@ -670,7 +673,7 @@ def test_paper_numbers_have_one_home_and_the_checklist_quotes_them():
     assert items["split"].paper_value == paper.value("partition_auc")
     assert items["training_policy"].paper_value == paper.value("policy_effect")
     assert items["threshold"].paper_value == paper.value("threshold_effect")
-    assert items["uncertainty"].paper_value == paper.value("backbone_spread")
+    assert items["uncertainty"].paper_value is None  # its effect is a split-level range, not a backbone spread
     assert items["shortcut"].paper_value == paper.value("shortcut_pool")
     assert "0.992" in items["shortcut"].paper_effect and "0.496" in items["shortcut"].paper_effect
     assert "0.044" in items["training_policy"].paper_effect and "0.026" in items["training_policy"].paper_effect
@@ -683,3 +686,25 @@ def test_paper_numbers_have_one_home_and_the_checklist_quotes_them():
         paper.value("nope")
     with pytest.raises(InputError, match="study must be one of"):
         paper.claims_frame("mnist")
+
+
+def test_concern_is_the_evidence_showing_a_problem_not_its_absence():
+    from crslib.checklist import item_concern
+
+    found = {"pool_balanced_accuracy": {"estimate": 0.95, "low": 0.9, "high": 0.98}}
+    at_chance = {"pool_balanced_accuracy": {"estimate": 0.52, "low": 0.45, "high": 0.6}}
+    assert item_concern("shortcut", found, None).startswith("file properties alone predict the label")
+    assert item_concern("shortcut", at_chance, None) == ""
+    assert item_concern("split", {}, {"value": 0.7, "low": 0.51, "high": 0.8}).startswith("a classifier tells")
+    assert item_concern("split", {}, {"value": 0.7, "low": 0.5, "high": 0.8}) == ""  # the bound itself: no
+    assert item_concern("calibration", {}, {"value": 0.01}) == "calibration fitted on validation made the test ECE worse (by 0.010)"
+    assert item_concern("calibration", {}, {"value": -0.05}) == ""
+    assert item_concern("threshold", found, {"value": 0.9, "low": 0.8, "high": 1.0}) == ""  # no rule for it
+    ev = _full()
+    cl = build_checklist(ev)
+    assert cl["split"].concern and cl["split"].complete
+    assert not cl["metrics"].concern
+    ev["split"]["effect"]["low"] = 0.4
+    assert build_checklist(ev)["split"].concern == ""
+    missing = build_checklist(_with("split", patients_disjoint=None))
+    assert not missing["split"].complete and missing["split"].concern == ""  # a missing item is not a concern
