@@ -16,6 +16,25 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+#: pandas display options of the book's tables: every row and column shown, numbers to 3 decimals.
+READER_DISPLAY = {"display.max_columns": None, "display.max_rows": 1000, "display.max_colwidth": None,
+                  "display.precision": 3, "display.width": None}
+
+
+def set_reader_display() -> dict[str, Any]:
+    """Show tables as a reader needs them: never truncated (no ``...``, no "rows x columns" footer) and
+    rounded to 3 decimals. Returns the options set.
+
+    Examples
+    --------
+    >>> options = set_reader_display()
+    >>> pd.get_option("display.precision"), pd.get_option("display.max_columns") is None
+    (3, True)
+    """
+    for name, value in READER_DISPLAY.items():
+        pd.set_option(name, value)
+    return dict(READER_DISPLAY)
+
 
 def image_grid(
     images: Sequence[np.ndarray],

@@ -56,6 +56,7 @@ from crslib.projection import project_2d
 from crslib.runner import SkipLog
 
 results = Path(results_dir)
+plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
 manifest = crs_data.load_data(data)

@@ -53,10 +53,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
 import crslib
-from crslib import agreement, ann, paper, plots, probes, similarity, subgroups
+from crslib import agreement, ann, claims, paper, plots, probes, similarity, subgroups
 from crslib.data import load_data
 from crslib.embed import embed_models
 from crslib.models import is_random_init, random_init_spec, zoo_specs
@@ -75,6 +75,7 @@ def names_list(names):
 
 
 results = Path(results_dir)
+plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
 manifest = load_data(data)
@@ -164,9 +165,21 @@ if has_agreement:
     matrix = agreement_result.overlap
     matrix.to_csv(results / "agreement_matrix.csv")
     chance = agreement.chance_overlap(len(manifest), k)
-    fig, ax = plt.subplots(figsize=(0.45 * len(matrix) + 3, 0.45 * len(matrix) + 2))
-    plots.agreement_heatmap(matrix, ax=ax)
+    # short labels keep a large matrix readable at page width (the zoo's names spell out objective and size)
+    abbreviations = {"supervised_multilabel": "sup", "supervised_single": "sup1", "contrastive": "con",
+                     "self_distillation": "sd", "masked_image_modelling": "mim", "autoencoder": "ae",
+                     "random_init": "rand", "-cnn_small": "", "-cnn_wide": " wide", "-seed": " s"}
+
+    def short_label(name):
+        for long, brief in abbreviations.items():
+            name = name.replace(long, brief)
+        return name.removeprefix("zoo:")
+
+    size = min(0.32 * len(matrix) + 3, 11)
+    fig, ax = plt.subplots(figsize=(size, size * 0.85))
+    plots.agreement_heatmap(matrix.rename(index=short_label, columns=short_label), ax=ax)
     ax.set_title(f"Mutual {k}-NN overlap (chance {chance:.3f})")
+    ax.tick_params(labelsize=9)
     plt.show()
 
 
@@ -176,6 +189,10 @@ def pair_overlap(a, b):
 
 
 # %% tags=["hide-input"]
+if has_agreement and any(short_label(n) != n for n in matrix.index):
+    used = [f"{brief.strip()} = {long.strip('-').replace('_', ' ')}" for long, brief in abbreviations.items()
+            if brief.strip() and any(long in n for n in matrix.index)]
+    display(Markdown("Labels of the heatmap: " + "; ".join(used) + "; models without a size are cnn_small."))
 if has_agreement:
     approximate = {name: info for name, info in agreement_result.search.items() if info["index"] != "exact"}
     if approximate:
@@ -230,7 +247,16 @@ if has_agreement:
          else f"The one trained model, {code(trained.index[0])}, shares {trained.iloc[0]:.3f} of its neighbours "
               "with the others on average; " if len(trained)
          else "Every model in this run is randomly initialised; ")
-        + f"{floor}, and chance is {chance:.3f}."))
+        + f"{floor}, and chance is {chance:.3f}."
+        + (f" **Every trained model agrees with the others less than random-init networks agree with each other "
+           f"({random_level:.3f}).** Random networks of one architecture keep much of the input's own pixel "
+           "geometry, so they share neighbours with each other; training moves each model away from that shared "
+           "starting point in its own direction. High agreement alone is therefore no sign of a good encoder: "
+           "compare it with the random-init level, as the study does."
+           if random_pairs and len(trained) and trained.iloc[-1] < random_level else
+           f" {int((trained > random_level).sum())} of {len(trained)} trained models agree with the others more "
+           f"than random-init networks agree with each other ({random_level:.3f})."
+           if random_pairs and len(trained) else "")))
 
 # %% [markdown]
 # ## This run beside the paper
@@ -312,6 +338,15 @@ headline = pd.DataFrame(
     columns=["quantity", "paper (CRS-Bench)", f"this run ({'phantom' if on_phantom else 'your data'})"],
 )
 headline.to_csv(results / "headline.csv", index=False)
+# The same quantities as numbers, for the claims ledger (crslib.claims)
+claims.measures_frame([
+    ("public_pair_overlap", public_ci.estimate if has_agreement and public_pair else np.nan,
+     public_ci.low if has_agreement and public_pair else np.nan,
+     public_ci.high if has_agreement and public_pair else np.nan, "" if has_agreement and public_pair else public_value),
+    ("random_init_overlap", matrix.loc[random_model, random_of[random_model]] if random_model else np.nan,
+     np.nan, np.nan, "" if random_model else random_value),
+    ("chance", agreement.chance_overlap(len(manifest), k), np.nan, np.nan, f"k/(N-1) with k = {k}"),
+]).to_csv(results / "measures.csv", index=False)
 display(headline)
 read = []
 if has_agreement and public_pair:
@@ -329,8 +364,11 @@ if read:
 # For one pair of models (the two public networks by default), how much of
 # the per-image overlap does each factor explain? The variance share is the
 # R² of the per-image overlap on that factor alone (one-hot), with a
-# bootstrap CI over images; the table below it gives the mean overlap per
-# level.
+# bootstrap CI over images (*alone*). The *unique* share is what the factor
+# adds to all the others together: the R² of all factors minus the R² of
+# all factors but this one, so a factor that only repeats another (a view
+# that always comes from one source) has a small unique share. The right
+# panel gives the mean overlap per level of source and view.
 
 # %% tags=["hide-input"]
 targets, targets_left_out = probes.probe_targets(manifest, random_state=seed)
@@ -384,7 +422,10 @@ if panels:
 
 # %% tags=["hide-input"]
 if shares is not None:
-    display(shares.round(4))
+    display(shares.rename(columns={
+        "factor": "factor", "n_levels": "levels", "share_alone": "share alone", "share_alone_low": "alone, low",
+        "share_alone_high": "alone, high", "share_unique": "unique share", "share_unique_low": "unique, low",
+        "share_unique_high": "unique, high"}).round(3))
     factor_rows = shares[shares["factor"] != "(all factors)"].set_index("factor")
     top = factor_rows["share_alone"].idxmax()
     joint = shares.set_index("factor").loc["(all factors)"]
@@ -452,7 +493,14 @@ if association is not None:
         + (f"With {association['n_models']} models there are only {association['n_permutations']} orderings "
            f"to permute, so no p-value below {1 / association['n_permutations']:.3f} is possible. "
            if association["exact"] else "")
-        + "The paper reports that agreement is not tied to accuracy."
+        + ("The paper reports that agreement is not significantly associated with accuracy; this run agrees "
+           "(p ≥ 0.05)." if association["mantel_p"] >= 0.05 else
+           f"The paper reports that agreement is not significantly associated with accuracy; **this run "
+           f"contradicts it**: models with more similar probe AUROCs agree "
+           f"{'more' if association['mantel_r'] < 0 else 'less'} here (r {association['mantel_r']:+.3f}). "
+           "A likely reason is the spread of accuracy: some of this run's models barely learned the findings "
+           "(see the probe table below), so agreement partly tracks whether a model learned at all, where the "
+           "study's public models were all trained to do well.")
     ))
 if probe is not None:
     probed = ", ".join(code(c) for c in targets.columns)
@@ -469,7 +517,7 @@ if probe is not None:
                    f"On these images their features separate {probed} no better than a random network's; their "
                    "agreement numbers describe what they did learn, not what they were trained for.")
             ))
-    display(probe[["mean AUROC"]].sort_values("mean AUROC", ascending=False).round(3).T)
+    display(probe[["mean AUROC"]].sort_values("mean AUROC", ascending=False).round(3))
     best, worst = probe["mean AUROC"].idxmax(), probe["mean AUROC"].idxmin()
     display(Markdown(
         f"Mean test AUROC over {probed} ({len(targets.columns)} target(s)): highest {code(best)} "
@@ -532,7 +580,7 @@ if convergence is not None and len(pairs):
 # al. 2024) and the Jaccard index of neighbour sets give complementary views;
 # and the overlap depends on k.
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Other similarity measures (debiased CKA, CKNNA, Jaccard) and the overlap as k grows.", "name": "fig-02-17"}, "image": {"alt": "Heatmaps of other similarity measures and a line plot of overlap against k"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "The mutual kNN overlap of the focus pair as k grows, against chance k/(N-1); the table below compares it with debiased CKA, CKNNA and Jaccard.", "name": "fig-02-17"}, "image": {"alt": "Line plot of the overlap and of chance against k"}}
 metrics = sweep = None
 if has_pair:
     rows = []
@@ -595,3 +643,13 @@ else:
         + ". The numbers are this data's and these models'; what carries over from the study is the method and "
         "the reference points: compare every pair with chance and with random networks, look at what agreement "
         "follows, and never read a pair correlation over models as if the pairs were independent."))
+
+# %% [markdown]
+# ## What this run shows
+#
+# Each claim of the study that this chapter measures, with this run's number
+# and the verdict of a decision rule fixed before the run (`crslib.claims`;
+# the [claims at a glance](claims.md) page has the whole run's ledger).
+
+# %% tags=["hide-input"]
+display(HTML(claims.build_ledger(results.parent).chapter_html("02")))

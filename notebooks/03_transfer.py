@@ -47,10 +47,10 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
 import crslib
-from crslib import paper, plots
+from crslib import claims, paper, plots
 from crslib.data import load_data
 from crslib.embed import embed_models
 from crslib.models.lineup import resolve_models
@@ -65,6 +65,7 @@ def code(text):
 
 
 results = Path(results_dir)
+plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
 manifest = load_data(data)
@@ -122,8 +123,9 @@ if can_map:
 # findings) a logistic regression is trained on the old model's
 # embeddings; a ridge map (regularisation chosen by cross-validation) from
 # each new model's space to the old one is fitted on the map images; the old
-# classifier then scores the mapped test images. CIs are bootstrap
-# intervals over test patients.
+# classifier then scores the mapped test images. Each bar's interval in
+# the figure is a bootstrap interval over test patients; the summary table
+# after it averages over findings and carries no interval.
 
 # %% tags=["hide-input"]
 transferred = False
@@ -257,3 +259,23 @@ if can_map:
         + ". " + "; ".join(f"{method.capitalize()} is best for {n} of {len(candidates)} new "
                            f"{'model' if len(candidates) == 1 else 'models'}" for method, n in wins.items()) + "."
     ))
+    negative = maps[maps["held-out R²"] < 0]
+    if len(negative):
+        worst = negative.loc[negative["held-out R²"].idxmin()]
+        display(Markdown(
+            f"A held-out R² below 0 ({len(negative)} map(s); the lowest, {worst['method']} for "
+            f"{code(worst['new model'])}, is {worst['held-out R²']:.3f}) means the map predicts the old model's test "
+            "embeddings worse than their mean does: fitted on "
+            f"{len(map_idx):,} images for {embeddings[worst['new model']].shape[1]:,} input dimensions, it learned "
+            "the map images' noise. That is the overfitting this section warns about, not a property of the two "
+            "encoders; the regularised ridge map is the one the retention above uses."))
+
+# %% [markdown]
+# ## What this run shows
+#
+# Each claim of the study that this chapter measures, with this run's number
+# and the verdict of a decision rule fixed before the run (`crslib.claims`;
+# the [claims at a glance](claims.md) page has the whole run's ledger).
+
+# %% tags=["hide-input"]
+display(HTML(claims.build_ledger(results.parent).chapter_html("03")))

@@ -62,10 +62,10 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
 import crslib
-from crslib import plots
+from crslib import claims, plots
 from crslib.audit import PAPER_NUMBERS, run_audit
 from crslib.data import file_properties, load_data
 from crslib.embed import embed_models
@@ -75,6 +75,7 @@ from crslib.needs import unmet_need
 from crslib.runner import SkipLog
 
 results = Path(results_dir)
+plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
 is_phantom = str(data).startswith("phantom")
@@ -335,3 +336,13 @@ if skips.check("the audit report and its checklist evidence", need):
     evidence = result.checklist_evidence(data=data, source="05_split_and_shortcut_audit")
     (results / "evidence.json").write_text(json.dumps(evidence, indent=2))
     display(Markdown(f"Recorded checklist evidence for: {', '.join(evidence)}."))
+
+# %% [markdown]
+# ## What this run shows
+#
+# Each claim of the study that this chapter measures, with this run's number
+# and the verdict of a decision rule fixed before the run (`crslib.claims`;
+# the [claims at a glance](claims.md) page has the whole run's ledger).
+
+# %% tags=["hide-input"]
+display(HTML(claims.build_ledger(results.parent).chapter_html("05")))

@@ -65,10 +65,10 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 import seaborn as sns
-from IPython.display import Markdown, display
+from IPython.display import HTML, Markdown, display
 
 import crslib
-from crslib import plots, risk, risk_results
+from crslib import claims, plots, risk, risk_results
 from crslib.data import load_data
 from crslib.embed import embed_models
 from crslib.models.lineup import resolve_models
@@ -77,6 +77,7 @@ from crslib.risk_needs import task_need
 from crslib.runner import SkipLog
 
 results = Path(results_dir)
+plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
 requested_tasks = list(dict.fromkeys(t.strip() for t in tasks.split(",") if t.strip()))
@@ -252,7 +253,7 @@ if task_list:
     comparisons.to_csv(results / "paired_comparisons.csv", index=False)
     fig, axes = plt.subplots(1, len(task_list), figsize=(4.2 * len(task_list), 4.2), sharey=False, squeeze=False)
     for ax, task in zip(axes[0], task_list):
-        comp = comparisons[(comparisons.task == task) & (comparisons.head == "linear")].sort_values("difference")
+        comp = comparisons[(comparisons["task"] == task) & (comparisons["head"] == "linear")].sort_values("difference")
         plots.interval_dots(comp["difference"], comp["low"], comp["high"], ax=ax)
         ax.axvline(0, color="grey", linestyle=":")
         ax.set_yticks(range(len(comp)), comp["encoder"], fontsize=7)
@@ -327,3 +328,13 @@ if task_list:
 # validation evidence, paired and split-level intervals) is one function:
 # `crslib.risk.representation_risk`, and one command for your own data and
 # encoders: `crs risk --data DATA --models SPEC,SPEC,... --task COLUMN`.
+
+# %% [markdown]
+# ## What this run shows
+#
+# Each claim of the study that this chapter measures, with this run's number
+# and the verdict of a decision rule fixed before the run (`crslib.claims`;
+# the [claims at a glance](claims.md) page has the whole run's ledger).
+
+# %% tags=["hide-input"]
+display(HTML(claims.build_ledger(results.parent).chapter_html("06")))

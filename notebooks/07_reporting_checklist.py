@@ -55,11 +55,13 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 import crslib
+from crslib import plots
 from crslib.checklist import build_checklist, crosswalk_frame
 from crslib.checklist_items import ITEMS
 from crslib.runner import SkipLog, read_run_evidence, read_skips
 
 results = Path(results_dir)
+plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
 evidence, run_id = read_run_evidence(run_dir)
@@ -94,10 +96,13 @@ def cell(text):
 
 
 checklist = build_checklist(evidence, run_id=run_id)
+concerns = [entry for entry in checklist.items if entry.concern]
 (results / "checklist.md").write_text(checklist.to_markdown(), encoding="utf-8")
 (results / "checklist.json").write_text(checklist.to_json(), encoding="utf-8")
 display(Markdown(
     f"Run `{run_id}`: **{checklist.n_complete} of {len(checklist.items)} items complete**"
+    + (f" ({len(concerns)} of them with a concern the evidence shows: "
+       + "; ".join(f"item {e.number}, {cell(e.concern)}" for e in concerns) + ")" if concerns else "")
     + (f"; evidence recorded for {', '.join(f'`{k}`' for k in evidence)}." if evidence
        else "; no evidence files were found" + (
            "." if any((run_results / chapter).is_dir() for chapter in RECORDED_BY.values())
@@ -130,12 +135,20 @@ if run_skips:
     display(Markdown(
         f"**The run skipped {len(run_skips)} analys{'es' if len(run_skips) > 1 else 'is'}** because its data or "
         "models lacked what they need; each chapter's page says so where it happened, and a book run's "
-        "`run.json` lists them:\n\n"
-        "| chapter | analysis | reason |\n|---|---|---|\n"
-        + "\n".join(f"| `{skip['chapter']}` | {cell(skip['analysis'])} | {cell(skip['reason'])} |"
-                    for skip in run_skips)
-    ))
-frame
+        "`run.json` lists them:"))
+    display(pd.DataFrame(run_skips, columns=["chapter", "analysis", "reason"]).style.hide(axis="index")
+            .format(escape="html"))
+# reported (evidence present), reported with a concern (the evidence shows a problem), or missing
+shown_frame = pd.DataFrame({
+    "item": frame["number"].astype(str) + ". " + frame["title"],
+    "status": ["missing" if s != "complete" else "reported, with a concern" if c else "reported"
+               for s, c in zip(frame["status"], frame["concern"])],
+    "this run's effect": frame["effect_value"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
+    "unit": frame["effect_unit"].fillna(""),
+    "paper's value": frame["paper_value"].map(lambda v: "" if pd.isna(v) else f"{v:.3f}"),
+    "concern or what is missing": [c or p for c, p in zip(frame["concern"], frame["problems"])],
+})
+display(shown_frame.style.hide(axis="index").format(escape="html"))
 
 # %% [markdown]
 # ## This run's effects beside the paper's
@@ -154,19 +167,21 @@ has_chart = skips.check("the chart of this run's effects",
                         None if len(shown) else "no chapter of this run recorded a measured effect (chapters "
                         "04_protocol_sensitivity and 05_split_and_shortcut_audit record them)")
 
-# %% tags=["hide-input"] mystnb={"figure": {"caption": "Each checklist item's effect measured in this run, beside the paper's Kermany value.", "name": "fig-07-4"}, "image": {"alt": "Bar chart of the effect per checklist item with the paper's values as diamonds"}}
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Each checklist item's effect measured in this run, beside the paper's Kermany value.", "name": "fig-07-4"}, "image": {"alt": "One bar chart per checklist item, each on its own scale, with the paper's value as a diamond"}}
 if has_chart:
-    fig, ax = plt.subplots(figsize=(7.5, 0.55 * max(len(shown), 1) + 1.2))
-    labels = [f"{r.number}. {r.item}\n({r.effect_unit})" for r in shown.itertuples()]
-    colours = ["#55a868" if s == "complete" else "#c44e52" for s in shown["status"]]
-    ax.barh(labels, shown["effect_value"].astype(float), color=colours, label="this run")
-    paper = shown["paper_value"].astype(float)
-    ax.scatter(paper, labels, color="black", marker="D", zorder=3, label="paper (Kermany)")
-    ax.axvline(0, color="grey", linewidth=0.8)
-    ax.invert_yaxis()
-    ax.legend(frameon=False, fontsize=8, bbox_to_anchor=(1.01, 1), loc="upper left")
-    ax.set_xlabel("effect (unit per item)")
-    ax.set_title("Green: item complete; red: recorded but incomplete", fontsize=9)
+    # one panel per item: the items measure different quantities in different units, so they share no axis
+    fig, axes = plt.subplots(len(shown), 1, figsize=(7.0, 1.05 * len(shown) + 0.6), squeeze=False)
+    for ax, r in zip(axes[:, 0], shown.itertuples()):
+        colour = "#c44e52" if r.status != "complete" else "#dd8452" if r.concern else "#55a868"
+        ax.barh([0], [float(r.effect_value)], color=colour, height=0.5)
+        if np.isfinite(float(r.paper_value)):
+            ax.scatter([float(r.paper_value)], [0], color="black", marker="D", zorder=3, label="paper (Kermany)")
+            ax.legend(frameon=False, fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        ax.axvline(0, color="grey", linewidth=0.8)
+        ax.set_yticks([])
+        ax.set_title(f"{r.number}. {r.item.replace('_', ' ')} ({r.effect_unit})", fontsize=8, loc="left")
+        ax.tick_params(labelsize=7)
+    fig.suptitle("Green: reported; orange: reported, with a concern; red: recorded but incomplete", fontsize=9)
     fig.tight_layout()
     plt.show()
 

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import http.server
 import os
+import re
 import shutil
 import sys
 import threading
@@ -108,7 +109,44 @@ def _pages(html_dir: Path) -> list[Path]:
                   if not any(part in skip or part.startswith(".") for part in p.relative_to(html_dir).parts))
 
 
-def _check_pages(base: str, html_dir: Path, browser, shots: Path) -> tuple[list[str], dict[str, tuple[int, str]]]:
+#: Mean per-pixel standard deviation (0-255 grey levels) below which a figure counts as blank.
+BLANK_FIGURE_STD = 2.0
+_FIGURE_STD_JS = """
+return Array.from(document.images).filter(i => (i.getAttribute('src') || '').includes('_images/') && i.naturalWidth)
+  .map(i => {
+    const w = Math.min(i.naturalWidth, 240), h = Math.max(1, Math.round(i.naturalHeight * w / i.naturalWidth));
+    const c = document.createElement('canvas'); c.width = w; c.height = h;
+    const g = c.getContext('2d'); g.fillStyle = '#fff'; g.fillRect(0, 0, w, h); g.drawImage(i, 0, 0, w, h);
+    const d = g.getImageData(0, 0, w, h).data; let s = 0, s2 = 0, n = 0;
+    for (let k = 0; k < d.length; k += 4) { const y = (d[k] + d[k + 1] + d[k + 2]) / 3; s += y; s2 += y * y; n++; }
+    return [i.getAttribute('src'), Math.sqrt(Math.max(0, s2 / n - (s / n) ** 2))];
+  });
+"""
+_TRUNCATED = re.compile(r"\d+ rows × \d+ columns")
+
+
+def _reader_problems(rel: str, browser, machine_paths: tuple[str, ...]) -> list[str]:
+    """What a reader must never meet on a page: stderr, truncated tables, machine paths, blank figures."""
+    problems = []
+    stderr = browser.execute_script("return Array.from(document.querySelectorAll('div.stderr, div.output.stderr'))"
+                                    ".map(e => e.innerText.slice(0, 120));")
+    problems += [f"{rel}: stderr shown: {text!r}" for text in stderr]
+    text = browser.execute_script("return document.body.innerText;")
+    if _TRUNCATED.search(text):
+        problems.append(f"{rel}: a table has a 'rows x columns' footer (truncated)")
+    cells = browser.execute_script("return Array.from(document.querySelectorAll('td, th')).map(c => c.innerText.trim());")
+    if any(cell in ("...", "…") for cell in cells):
+        problems.append(f"{rel}: a table has a '...' cell (truncated)")
+    source = browser.page_source
+    problems += [f"{rel}: shows the machine path {path}" for path in machine_paths if path in source]
+    for src, std in browser.execute_script(_FIGURE_STD_JS):
+        if std < BLANK_FIGURE_STD:
+            problems.append(f"{rel}: figure {src} is blank (pixel std {std:.2f})")
+    return problems
+
+
+def _check_pages(base: str, html_dir: Path, browser, shots: Path,
+                 machine_paths: tuple[str, ...] = ()) -> tuple[list[str], dict[str, tuple[int, str]]]:
     """Load every page: the problems found, and per executed-notebook page (figures shown, its text)."""
     shots.mkdir(parents=True, exist_ok=True)
     pages = _pages(html_dir)
@@ -131,6 +169,7 @@ def _check_pages(base: str, html_dir: Path, browser, shots: Path) -> tuple[list[
         problems += [f"{rel}: image not loaded: {src}" for src, width, _ in images if not width]
         problems += [f"{rel}: figure without alt text: {src}" for src, _, alt in images
                      if "_images/" in (src or "") and not (alt or "").strip()]
+        problems += _reader_problems(rel, browser, machine_paths)
         if rel.startswith("book/generated/") and Path(rel).name[:2].isdigit():  # an executed notebook
             figures = sum(1 for src, width, _ in images if width and "_images/" in (src or ""))
             notebooks[rel] = (figures, browser.execute_script("return document.body.innerText;"))
@@ -153,11 +192,33 @@ def _check_pages(base: str, html_dir: Path, browser, shots: Path) -> tuple[list[
 def test_every_page_loads_without_errors_with_images_and_working_links(site, browser, book_under_test) -> None:
     base, html_dir = site
     assert len(_pages(html_dir)) >= 10, [p.name for p in _pages(html_dir)]
-    problems, notebooks = _check_pages(base, html_dir, browser, book_under_test[0] / "_build" / "screenshots")
+    problems, notebooks = _check_pages(base, html_dir, browser, book_under_test[0] / "_build" / "screenshots",
+                                       _machine_paths(book_under_test[0]))
     assert not problems, "\n".join(problems[:30])
     assert notebooks, "no notebook page was found under book/generated/"
     for rel, (count, _) in notebooks.items():
         assert count >= 1, f"{rel} shows no figure in the browser"
+    _assert_claims_shown(html_dir, notebooks, browser, base)
+
+
+def _machine_paths(root: Path) -> tuple[str, ...]:
+    """The build's own folders, which no page may show (the reader's machine has other ones)."""
+    return tuple(dict.fromkeys(str(p) for p in (root.resolve(), Path(__file__).resolve().parents[1])))
+
+
+def _assert_claims_shown(html_dir: Path, notebooks: dict[str, tuple[int, str]], browser, base: str) -> None:
+    """The claims page lists every ledger id; every study chapter ends with its *What this run shows* box."""
+    from crslib.claims import CHAPTERS, CLAIM_IDS
+
+    browser.get(base + "book/generated/claims.html")
+    text = browser.execute_script("return document.body.innerText;")
+    missing = [cid for cid in CLAIM_IDS if cid not in text]
+    assert not missing, f"the claims page lacks {missing}"
+    assert browser.execute_script("return document.querySelectorAll('span.crs-verdict').length;") == len(CLAIM_IDS)
+    for chapter in CHAPTERS:
+        page = f"book/generated/{chapter}.html"
+        assert page in notebooks, f"no page {page}"
+        assert "What this run shows" in notebooks[page][1], f"{page} has no What this run shows box"
 
 
 @pytest.mark.slow
@@ -167,11 +228,13 @@ def test_the_book_on_real_images_loads_and_each_chapter_shows_a_figure_or_its_sk
     root, record, _ = own_books[layout]
     html_dir = Path(record.html_index).parent
     with _serve(html_dir) as base:
-        problems, notebooks = _check_pages(base, html_dir, browser, root / "_build" / "screenshots")
-    assert not problems, "\n".join(problems[:30])
-    assert len(notebooks) == 7, sorted(notebooks)
-    for rel, (count, text) in notebooks.items():
-        assert count >= 1 or "Skipped:" in text, f"{rel} shows neither a figure nor what it skipped"
+        problems, notebooks = _check_pages(base, html_dir, browser, root / "_build" / "screenshots",
+                                           _machine_paths(root))
+        assert not problems, "\n".join(problems[:30])
+        assert len(notebooks) == 7, sorted(notebooks)
+        for rel, (count, text) in notebooks.items():
+            assert count >= 1 or "Skipped:" in text, f"{rel} shows neither a figure nor what it skipped"
+        _assert_claims_shown(html_dir, notebooks, browser, base)
 
 
 @pytest.mark.parametrize("ci, outcome", [("", pytest.skip.Exception), ("true", pytest.fail.Exception)])
