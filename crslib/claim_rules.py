@@ -255,7 +255,8 @@ def backbone_below_policy(t: Tables) -> Outcome:
     effects = _effects(t)
     if not {"backbone", "policy"} <= set(effects.index):
         raise NotEvaluated("needs at least two backbones and both the frozen and fine-tuned policies")
-    backbone, policy = float(effects.loc["backbone", "mean_abs_change"]), float(effects.loc["policy", "mean_abs_change"])
+    backbone = float(effects.loc["backbone", "mean_abs_change"])
+    policy = float(effects.loc["policy", "mean_abs_change"])
     where = f"Changing the backbone moves AUROC by {_f(backbone)} on average, frozen vs fine-tuned by {_f(policy)}"
     if backbone < policy:
         return Outcome(backbone, None, "held", f"{where}: the backbone matters less.")
@@ -494,7 +495,8 @@ RULES: tuple[dict[str, Any], ...] = tuple(dict(zip(("id", "study", "chapter", "c
      "In four other imaging modalities public models agree more, at most",
      f"{paper.value('other_modalities_max'):.3f}", "needs runs on several modalities", other_modalities, ""),
     ("source-view-over-findings", "crs-bench", "02_agreement",
-     "Agreement depends more on the source data set and the view than on the findings", "no single number", "held if the largest source/view variance share's interval lies above the largest "
+     "Agreement depends more on the source data set and the view than on the findings", "no single number",
+     "held if the largest source/view variance share's interval lies above the largest "
      "finding's; reversed if below", source_view_over_findings, _SMALL_RUN),
     ("no-accuracy-association", "crs-bench", "02_agreement",
      "Agreement is not significantly associated with accuracy", "not significant",
@@ -511,7 +513,8 @@ RULES: tuple[dict[str, Any], ...] = tuple(dict(zip(("id", "study", "chapter", "c
      _pair("supervised_seed_overlap_low", "supervised_seed_overlap_high"),
      "held if the supervised seed pairs' mean overlap is the lowest of the objectives with two seeds; reversed if "
      "the highest", supervised_converge_least, "if the zoo's self-supervised models learned little (compare their "
-     "probe AUROC with the random-init networks' in chapter 02), their seeds stay close to their shared random start; " + _SMALL_RUN),
+     "probe AUROC with the random-init networks' in chapter 02), their seeds stay close to their shared random "
+     "start; " + _SMALL_RUN),
     ("ssl-converge-more", "crs-bench", "02_agreement",
      "Self-distillation, masked-image and contrastive seed pairs agree more than label-supervised ones",
      f"{_pair('ssl_pair_overlap_low', 'ssl_pair_overlap_high')} vs "

@@ -339,10 +339,10 @@ headline = pd.DataFrame(
 )
 headline.to_csv(results / "headline.csv", index=False)
 # The same quantities as numbers, for the claims ledger (crslib.claims)
+measured = has_agreement and public_pair
 claims.measures_frame([
-    ("public_pair_overlap", public_ci.estimate if has_agreement and public_pair else np.nan,
-     public_ci.low if has_agreement and public_pair else np.nan,
-     public_ci.high if has_agreement and public_pair else np.nan, "" if has_agreement and public_pair else public_value),
+    ("public_pair_overlap", public_ci.estimate if measured else np.nan, public_ci.low if measured else np.nan,
+     public_ci.high if measured else np.nan, "" if measured else public_value),
     ("random_init_overlap", matrix.loc[random_model, random_of[random_model]] if random_model else np.nan,
      np.nan, np.nan, "" if random_model else random_value),
     ("chance", agreement.chance_overlap(len(manifest), k), np.nan, np.nan, f"k/(N-1) with k = {k}"),

@@ -395,7 +395,8 @@ if skips.check("the validation-to-test transfer of calibration", grid_need):
         "brier_before": "Brier before", "brier_after": "Brier after"}).round(3))
     cal_method = cal_summary.xs(calibration_method, level="method")
     worse = [policy for policy, r in cal_method.iterrows() if r.ece_uniform_after > r.ece_uniform_before]
-    n_val = int((predictions["split"] == "val").sum() / max(predictions.groupby(["backbone", "policy", "seed"]).ngroups, 1))
+    n_models = max(predictions.groupby(["backbone", "policy", "seed"]).ngroups, 1)
+    n_val = int((predictions["split"] == "val").sum() / n_models)
     display(Markdown(
         "Mean ECE (equal-width bins) on test before → after validation-fitted "
         f"{esc(calibration_method)} scaling: " + "; ".join(

@@ -73,6 +73,7 @@ from crslib.data import load_data
 from crslib.embed import embed_models
 from crslib.models.lineup import resolve_models
 from crslib.needs import unmet_need
+from crslib.reports import render_risk_html
 from crslib.risk_needs import task_need
 from crslib.runner import SkipLog
 
@@ -126,6 +127,8 @@ if task_list:
             n_resamples=int(n_resamples), random_state=seed,
         )
         outcomes[task].save(results, name=task)  # risk_<task>.json and the tables, as `crs risk` writes them
+    if outcomes:
+        (results / "risk.html").write_text(render_risk_html(outcomes), encoding="utf-8")  # as `crs risk` writes it
 
 
 def describe(task):
