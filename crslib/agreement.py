@@ -278,7 +278,7 @@ def agreement_matrix(
     nprobe : int, optional
         Cells scanned per query by an IVF or IVF-PQ search (:func:`knn_search`);
         default ``max(16, min(nlist // 16, 64))``. At N=1,000,000 the default
-        (64 of 4,000 cells) measured recall@10 0.725 on the synthetic data of
+        (64 of 4,000 cells) measured ``recall@10`` 0.725 on the synthetic data of
         ``bench/bench_scale.py``; raise it when the reported bound is too wide.
 
     Returns

@@ -305,7 +305,7 @@ def approximate_knn_indices(
         ``max(40 * nlist, 50,000)`` rows.
     nprobe : int, optional
         IVF cells scanned per query; default ``max(16, nlist // 16)``
-        (recall@10 >= 0.95 at N=100,000 on clustered synthetic data).
+        (``recall@10`` >= 0.95 at N=100,000 on clustered synthetic data).
     hnsw_m : int
         HNSW graph degree.
     ef_search : int, optional
@@ -313,7 +313,7 @@ def approximate_knn_indices(
     refine_factor : int
         IVF-PQ candidates per wanted candidate that are re-ranked exactly.
         On overlapping Gaussian clusters (N=20,000, d=64, 8-byte codes)
-        recall@10 was 0.84 / 0.90 / 0.92 with 4 / 8 / 16, against 0.92 for
+        ``recall@10`` was 0.84 / 0.90 / 0.92 with 4 / 8 / 16, against 0.92 for
         IVF-Flat with the same lists; on the d=512 data of
         ``bench/bench_scale.py`` 4 already matched IVF-Flat.
     random_state : int or None

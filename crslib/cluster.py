@@ -12,9 +12,10 @@ is one argument, ``scheduler``:
     one thread each, started for the call and closed after it.
 ``"tcp://HOST:PORT"`` (any address a Dask client accepts)
     An existing scheduler, e.g. one started by dask-jobqueue on a SLURM
-    cluster (see the README). Workers must see the same files: the images,
-    the model weights and the cache folder (``CRS_CACHE_DIR``) on a shared
-    file system.
+    cluster (the recipe: :ref:`own-data-slurm` in the book, or
+    ``README.md`` in the repository root). Workers must see the same
+    files: the images, the model weights and the cache folder
+    (``CRS_CACHE_DIR``) on a shared file system.
 a :class:`distributed.Client`
     Used as it is and left open (notebooks, tests).
 

@@ -8,7 +8,7 @@
   excluded;
 * ties are broken by index: candidates are ranked by (-similarity rounded to
   float32, index). Search back-ends (faiss, torch) order ties arbitrarily
-  and their float32 scores carry rounding error of up to ~``d * 2**-24``;
+  and their float32 scores carry rounding error of up to about ``d * 2**-24``;
   candidates whose scores lie within that error of each other are re-scored
   in float64 before ranking, and the candidate list is widened until the
   k-th neighbour is certain. The result does not depend on the back-end or

@@ -668,7 +668,7 @@ def mantel_test(
     Parameters
     ----------
     A, B : array-like of shape (M, M)
-        Symmetric matrices (agreement, distance, |accuracy difference|...).
+        Symmetric matrices (agreement, distance, absolute accuracy difference, ...).
         The diagonal is ignored.
     n_permutations : int
         Number of random permutations. When ``M!`` is not larger, all ``M!``

@@ -140,19 +140,28 @@ def _bench_nodes(path: Path) -> list:
     from docutils import nodes
 
     if not path.is_file():
-        return [nodes.paragraph(text=f"No benchmark results are recorded yet ({path.name} is missing): "
-                                     "run `make bench` and rebuild the book.")]
+        missing = nodes.paragraph()
+        missing += nodes.Text(f"No benchmark results are recorded yet ({path.name} is missing): run ")
+        missing += nodes.literal(text="make bench")
+        missing += nodes.Text(" and rebuild the book.")
+        return [missing]
     benchmarks = json.loads(path.read_text(encoding="utf-8")).get("benchmarks", {})
     out = []
     for name, entry in benchmarks.items():
         section = nodes.section(ids=[f"bench-{name}"], names=[f"bench {name}"])
         section += nodes.title(text=entry.get("title", name))
         m = entry.get("machine", {})
-        section += nodes.paragraph(text=(
+        measured = nodes.paragraph()
+        measured += nodes.Text(
             f"Measured {entry.get('recorded_utc', '?')} at commit {entry.get('commit', '?')} on "
             f"{m.get('cpus', '?')} CPUs ({m.get('platform', '?')}, Python {m.get('python', '?')}); "
             f"load average {m.get('load_average_1min', '?')} at the end; the benchmark took "
-            f"{entry.get('seconds', '?')} s. Command: {entry.get('command', '?')}"))
+            f"{entry.get('seconds', '?')} s. Command: ")
+        # A literal, not text: Sphinx's smartquotes would turn the command's
+        # ``--option`` into an en dash, and the command would no longer paste.
+        measured += nodes.literal(text=entry.get("command", "?"))
+        measured += nodes.Text(".")
+        section += measured
         verdict = {True: "yes", False: "no", None: ""}
         rows = [[r["measure"], r["value"], r.get("target", ""), verdict[r.get("passed")], r.get("note", "")]
                 for r in entry.get("rows", [])]

@@ -353,12 +353,12 @@ def _state_dict_sha256(module) -> str:
 class Encoder(abc.ABC):
     """An image encoder: preprocessing, a forward pass, and a fingerprint.
 
+    The length of one embedding is the property :attr:`embedding_dim`.
+
     Attributes
     ----------
     name : str
         Canonical spec string (or the name a :class:`TorchEncoder` was given).
-    embedding_dim : int
-        Length ``D`` of one embedding.
     preprocessing : Preprocessing
         How :meth:`preprocess` turns an image into model input.
     """
@@ -370,7 +370,7 @@ class Encoder(abc.ABC):
     @property
     @abc.abstractmethod
     def embedding_dim(self) -> int:
-        """Length of one embedding."""
+        """Length ``D`` of one embedding (an int)."""
 
     @abc.abstractmethod
     def _weights_fingerprint(self) -> str:

@@ -7,13 +7,13 @@ its labels or ``None``, the training ``torch.Generator`` for augmentations
 and masks, and the pool's normalisation) and an ``after_step(frac)`` hook
 called after each optimiser step with the training progress in ``[0, 1]``:
 
-================================  ======================================================
+=====================================  ======================================================
 ``supervised_multilabel``/``_single``  :class:`Supervised`: linear head, BCE or cross-entropy
-``contrastive``                    :class:`SimCLR`: NT-Xent between two augmented views
-``self_distillation``              :class:`BYOL` (default) or :class:`DINO`: EMA teacher
-``masked_image_modelling``         :class:`SimMIM`: masked-patch pixel reconstruction
-``autoencoder``                    :class:`AutoEncoder`: reconstruction through the embedding
-================================  ======================================================
+``contrastive``                        :class:`SimCLR`: NT-Xent between two augmented views
+``self_distillation``                  :class:`BYOL` (default) or :class:`DINO`: EMA teacher
+``masked_image_modelling``             :class:`SimMIM`: masked-patch pixel reconstruction
+``autoencoder``                        :class:`AutoEncoder`: reconstruction through the embedding
+=====================================  ======================================================
 
 :func:`_build_objective` picks the class of a
 :class:`~crslib.models.zoo.ZooModelSpec`. The order in which each class
