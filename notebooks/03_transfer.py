@@ -29,6 +29,8 @@
 # images and their test images are disjoint sets of patients. The linear
 # maps need only the images; the classifiers need 0/1 `finding_*` columns
 # or a two-class `label` in the manifest.
+#
+# *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`linear map <glossary-linear-map>`, {ref}`classifier transfer and retention <glossary-classifier-transfer>`, {ref}`Procrustes <glossary-procrustes>`, {ref}`AUROC <glossary-auroc>`.
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=0"

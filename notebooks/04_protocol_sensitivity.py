@@ -43,6 +43,8 @@
 # the data studied here), two ImageNet networks that ship in Python
 # packages and a randomly initialised network; `--models` replaces them.
 # Numbers below are this run's.
+#
+# *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`AUROC <glossary-auroc>`, {ref}`DeLong test <glossary-delong-test>`, {ref}`balanced accuracy <glossary-balanced-accuracy>`, {ref}`Youden's J <glossary-youden>`, {ref}`ECE <glossary-ece>`, {ref}`temperature and Platt scaling <glossary-temperature-scaling>`.
 
 # %% tags=["parameters"]
 data = "phantom?patients=400&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5"

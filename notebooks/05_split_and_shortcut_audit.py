@@ -41,6 +41,8 @@
 # Kermany `chest_xray/` folder has all three). The file properties are
 # described for any files. The same audits run from the command line:
 # `crs audit --data chest_xray/`.
+#
+# *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`partition classifier <glossary-partition-classifier>`, {ref}`shortcut <glossary-shortcut>`, {ref}`balanced accuracy <glossary-balanced-accuracy>`, {ref}`AUROC <glossary-auroc>`.
 
 # %% tags=["parameters"]
 data = "phantom?patients=400&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5"

@@ -40,6 +40,8 @@
 # tasks this run used. Each task is a manifest column: a two-class column
 # (numbers or text) is a classification task, a numeric column with more
 # values a regression task. The numbers are this run's.
+#
+# *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`locked validation <glossary-locked-validation>`, {ref}`feature union <glossary-feature-union>`, {ref}`AUROC <glossary-auroc>`.
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=0"
