@@ -583,18 +583,19 @@ def test_group_exclusion_applies_to_both_models():
     assert sim.jaccard_knn(X, X, k=5, exclude_groups=groups) == 1.0
 
 
-def test_permutation_null_equals_overlap_with_shuffled_rows():
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_permutation_null_equals_overlap_with_shuffled_rows(metric):
     """Each null value is the overlap of A with B's rows permuted, computed from scratch."""
     rng = _rng(22)
     n, k = 150, 5
-    Xa = rng.normal(size=(n, 8))
+    Xa = rng.normal(size=(n, 8)) * rng.uniform(0.2, 5.0, size=(n, 1))  # row norms vary: the metrics differ
     Xb = Xa @ rng.normal(size=(8, 8)) + 0.3 * rng.normal(size=(n, 8))  # related: the null must break it
-    res = ag.permutation_null(Xa, Xb, k=k, n_permutations=6, random_state=3)
+    res = ag.permutation_null(Xa, Xb, k=k, n_permutations=6, random_state=3, metric=metric)
     perm_rng = np.random.default_rng(3)
-    direct = [ag.mutual_knn_overlap(Xa, Xb[perm_rng.permutation(n)], k=k) for _ in range(6)]
+    direct = [ag.mutual_knn_overlap(Xa, Xb[perm_rng.permutation(n)], k=k, metric=metric) for _ in range(6)]
     assert np.allclose(res.values, direct)
     assert res.mean == pytest.approx(np.mean(direct))
-    assert ag.mutual_knn_overlap(Xa, Xb, k=k) > res.high
+    assert ag.mutual_knn_overlap(Xa, Xb, k=k, metric=metric) > res.high
 
 
 def test_permutation_null_interval_is_two_sided():
@@ -603,3 +604,76 @@ def test_permutation_null_interval_is_two_sided():
     res = ag.permutation_null(X, rng.normal(size=(120, 6)), k=5, n_permutations=40, confidence=0.8)
     assert res.low == pytest.approx(np.percentile(res.values, 10))
     assert res.high == pytest.approx(np.percentile(res.values, 90))
+
+
+def test_k_sweep_equals_separate_overlaps_with_and_without_groups():
+    rng = _rng(50)
+    X = rng.normal(size=(48, 6))
+    Y = X + 0.8 * rng.normal(size=(48, 6))
+    groups = np.repeat(np.arange(16), 3)
+    for exclude in (None, groups):
+        res = ag.k_sweep(X, Y, ks=(5, 1, 5, 3), exclude_groups=exclude, metric="euclidean")
+        assert res.table["k"].tolist() == [1, 3, 5] and res.dropped_k == []
+        for row in res.table.itertuples():
+            separate = ag.mutual_knn_overlap(X, Y, k=row.k, exclude_groups=exclude, metric="euclidean")
+            assert row.overlap == pytest.approx(separate)
+            assert row.overlap_over_chance == pytest.approx(row.overlap / row.chance)
+    # the metric reaches the search: rows rescaled differently keep cosine neighbours, not euclidean ones
+    scaled = X * rng.uniform(0.2, 5.0, size=(48, 1))
+    assert ag.k_sweep(X, scaled, ks=(5,)).table["overlap"].iloc[0] == 1.0
+    assert ag.k_sweep(X, scaled, ks=(5,), metric="euclidean").table["overlap"].iloc[0] < 0.9
+
+
+def test_k_sweep_chance_and_limit_follow_the_groups():
+    rng = _rng(51)
+    X, Y = rng.normal(size=(48, 6)), rng.normal(size=(48, 6))
+    groups = np.repeat(np.arange(16), 3)
+    t = ag.k_sweep(X, Y, ks=(3,), exclude_groups=groups).table
+    assert t["chance"].iloc[0] == pytest.approx(3 / 45)  # k / (N - own group of 3)
+    res = ag.k_sweep(X, Y, ks=(45, 46), exclude_groups=groups)  # 45 candidates left per image
+    assert res.table["k"].tolist() == [45] and res.dropped_k == [46]
+    res = ag.k_sweep(X, Y, ks=(47, 48))  # no groups: N - 1 = 47 candidates
+    assert res.table["k"].tolist() == [47] and res.dropped_k == [48]
+    uneven = np.array([0] * 8 + list(range(1, 41)))
+    t = ag.k_sweep(X, Y, ks=(2,), exclude_groups=uneven).table
+    assert t["chance"].iloc[0] == pytest.approx(np.mean(2 / (48 - np.array([8] * 8 + [1] * 40))))
+    assert ag.k_sweep(X, Y, ks=(40, 41), exclude_groups=uneven).dropped_k == [41]  # the largest group sets it
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"ks": (0,)}, "ks must hold integers >= 1, got 0"),
+    ({"ks": (True,)}, "ks must hold integers >= 1, got True"),
+    ({"ks": (2.0,)}, "ks must hold integers >= 1, got 2.0"),
+    ({"ks": (100,)}, r"no k in \[100\] is below the number of candidate neighbours \(29\)"),
+    ({"ks": (2,), "exclude_groups": np.arange(29)}, r"exclude_groups must be 1-D with one label per image \(30\)"),
+    ({"ks": (2,), "exclude_groups": np.arange(30).reshape(15, 2)}, "exclude_groups must be 1-D"),
+    ({"ks": (2,), "exclude_groups": np.array([1.0] * 29 + [np.nan])}, "exclude_groups has missing labels"),
+])
+def test_k_sweep_refuses_bad_input(kwargs, message):
+    X = _rng(52).normal(size=(30, 4))
+    with pytest.raises(InputError, match=message):
+        ag.k_sweep(X, X, **kwargs)
+
+
+def test_permutation_null_defaults_metric_and_messages():
+    rng = _rng(53)
+    Xa = rng.normal(size=(40, 5))
+    Xb = Xa * rng.uniform(0.2, 5.0, size=(40, 1)) + 0.3 * rng.normal(size=(40, 5))
+    default = ag.permutation_null(Xa, Xb)
+    explicit = ag.permutation_null(Xa, Xb, k=10, n_permutations=20, random_state=0, confidence=0.95,
+                                   metric="cosine")
+    np.testing.assert_array_equal(default.values, explicit.values)
+    assert default.values.shape == (20,) and default.chance == pytest.approx(10 / 39)
+    assert default.confidence == 0.95 and ag.permutation_null(Xa, Xb, confidence=0.8).confidence == 0.8
+    euclidean = ag.permutation_null(Xa, Xb, metric="euclidean")
+    assert not np.array_equal(euclidean.values, default.values)  # the metric reaches both searches
+    with pytest.raises(InputError, match="n_permutations"):
+        ag.permutation_null(Xa, Xb, n_permutations=0)
+    with pytest.raises(InputError, match="X_a.*X_b|X_b.*X_a"):
+        ag.permutation_null(Xa, Xb[:-1])
+
+
+def test_k_sweep_default_ks():
+    X = _rng(54).normal(size=(60, 4))
+    res = ag.k_sweep(X, X + 0.5 * _rng(55).normal(size=(60, 4)))
+    assert res.table["k"].tolist() == [1, 5, 10, 20, 50] and res.dropped_k == [100]
