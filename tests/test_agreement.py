@@ -677,3 +677,27 @@ def test_k_sweep_default_ks():
     X = _rng(54).normal(size=(60, 4))
     res = ag.k_sweep(X, X + 0.5 * _rng(55).normal(size=(60, 4)))
     assert res.table["k"].tolist() == [1, 5, 10, 20, 50] and res.dropped_k == [100]
+
+
+def test_accuracy_association_is_the_mantel_test_of_accuracy_gaps():
+    from crslib import stats
+
+    rng = _rng(56)
+    names = [f"m{i}" for i in range(8)]  # 8! orderings: the permutations are drawn, not enumerated
+    acc = pd.Series(rng.uniform(0.6, 0.9, size=8), index=names)
+    gaps = np.abs(acc.to_numpy()[:, None] - acc.to_numpy()[None, :])
+    noise = rng.normal(scale=0.05, size=(8, 8))
+    agreement = pd.DataFrame(0.5 - gaps + (noise + noise.T) / 2, index=names, columns=names)
+    res = ag.accuracy_agreement_association(agreement, acc)
+    mantel = stats.mantel_test(agreement.to_numpy(), gaps, n_permutations=999, method="spearman", random_state=0)
+    assert (res["mantel_r"], res["mantel_p"], res["n_permutations"]) == (mantel.r, mantel.p_value, 999)
+    assert res["n_pairs"] == 28 and isinstance(res["n_pairs"], int) and res["n_models"] == 8
+    assert res["method"] == "spearman" and not res["exact"]
+    pearson = ag.accuracy_agreement_association(agreement, acc, method="pearson", n_permutations=50, random_state=3)
+    reference = stats.mantel_test(agreement.to_numpy(), gaps, n_permutations=50, method="pearson", random_state=3)
+    assert (pearson["mantel_r"], pearson["mantel_p"], pearson["method"]) == (reference.r, reference.p_value,
+                                                                              "pearson")
+    with pytest.raises(InputError, match="accuracy must be a pandas Series indexed by model name"):
+        ag.accuracy_agreement_association(agreement, acc.to_numpy())
+    with pytest.raises(InputError, match=r"accuracy is NaN for model\(s\) \['m2'\]; drop them"):
+        ag.accuracy_agreement_association(agreement, acc.astype(object).where(acc.index != "m2", "n/a"))
