@@ -701,3 +701,30 @@ def test_accuracy_association_is_the_mantel_test_of_accuracy_gaps():
         ag.accuracy_agreement_association(agreement, acc.to_numpy())
     with pytest.raises(InputError, match=r"accuracy is NaN for model\(s\) \['m2'\]; drop them"):
         ag.accuracy_agreement_association(agreement, acc.astype(object).where(acc.index != "m2", "n/a"))
+
+
+def test_convergence_table_counts_seed_pairs_only_and_every_column():
+    info = pd.DataFrame({
+        "name": ["a0", "a1", "a0_recipe", "b0", "b1", "c0"],
+        "objective": ["sup", "sup", "sup", "dino", "dino", 7],  # a non-string objective sorts by its text
+        "seed": [0, 1, 0, 0, 1, 0],
+        "architecture": "small",
+    })
+    names = info["name"].tolist()
+    A = pd.DataFrame(0.2, index=names, columns=names)
+    for a, b, v in [("a0", "a1", 0.0), ("a0", "a0_recipe", 0.9), ("a1", "a0_recipe", 0.4), ("b0", "b1", 0.6)]:
+        A.loc[a, b] = A.loc[b, a] = v
+    t = ag.convergence_table(A, info)
+    assert list(t.columns) == ["architecture", "objective", "n_models", "within_mean", "within_min", "within_max",
+                               "n_within", "across_mean", "n_across", "within_minus_across"]
+    assert t["objective"].tolist() == [7, "dino", "sup", "(all)"]
+    t = t.set_index("objective")
+    # a0 vs a0_recipe share the seed: not a seed pair; a0 vs a1 agree 0.0 and still count
+    assert t.loc["sup", "n_within"] == 2 and t.loc["sup", "within_mean"] == pytest.approx(0.2)
+    assert t.loc["sup", "within_min"] == 0.0 and t.loc["sup", "n_models"] == 3
+    assert t.loc["sup", "n_across"] == 9 and t.loc["sup", "across_mean"] == pytest.approx(0.2)
+    assert t.loc["dino", "within_minus_across"] == pytest.approx(0.6 - 0.2)
+    assert t.loc[7, "n_within"] == 0 and np.isnan(t.loc[7, "within_mean"]) and t.loc[7, "n_models"] == 1
+    assert t.loc["(all)", "n_models"] == 6 and t.loc["(all)", "n_within"] == 3
+    assert t.loc["(all)", "within_mean"] == pytest.approx((0.0 + 0.4 + 0.6) / 3)
+    assert t.loc["(all)", "within_minus_across"] == pytest.approx((1.0 / 3) - 0.2)
