@@ -728,3 +728,42 @@ def test_convergence_table_counts_seed_pairs_only_and_every_column():
     assert t.loc["(all)", "n_models"] == 6 and t.loc["(all)", "n_within"] == 3
     assert t.loc["(all)", "within_mean"] == pytest.approx((0.0 + 0.4 + 0.6) / 3)
     assert t.loc["(all)", "within_minus_across"] == pytest.approx((1.0 / 3) - 0.2)
+
+
+def test_agreement_matrix_to_dict_holds_every_field():
+    rng = _rng(57)
+    X = rng.normal(size=(30, 4))
+    res = ag.agreement_matrix({"a": X, "b": X + 0.5 * rng.normal(size=(30, 4)), "c": rng.normal(size=(30, 4))}, k=4)
+    d = res.to_dict()
+    assert set(d) == {"models", "k", "n_images", "overlap", "search", "overlap_error_bound"}
+    assert d["models"] == ["a", "b", "c"] and d["k"] == 4 and d["n_images"] == 30
+    assert d["overlap"] == res.overlap.to_numpy().tolist() and d["overlap"][0][0] == 1.0
+    assert d["search"] == json.loads(json.dumps(res.search)) and set(d["search"]) == {"a", "b", "c"}
+    assert d["overlap_error_bound"] == {}  # exact search everywhere
+    assert json.loads(res.to_json()) == d
+
+
+def test_overlap_ci_defaults_and_arguments_reach_the_bootstrap():
+    from crslib import stats
+
+    rng = _rng(58)
+    per = rng.random(200)
+    patients = np.repeat(np.arange(40), 5)
+    default = ag.overlap_ci(per)
+    explicit = stats.bootstrap_ci(np.mean, per, n_resamples=1000, confidence=0.95, random_state=0)
+    assert (default.low, default.high) == (explicit.low, explicit.high)
+    given = ag.overlap_ci(per, groups=patients, n_resamples=150, confidence=0.8, random_state=5)
+    reference = stats.bootstrap_ci(np.mean, per, groups=patients, n_resamples=150, confidence=0.8, random_state=5)
+    assert (given.low, given.high) == (reference.low, reference.high)
+
+
+def test_agreement_frames_must_be_square_in_one_order():
+    acc = pd.Series({"a": 0.7, "b": 0.8, "c": 0.9})
+    square = pd.DataFrame(np.eye(3), index=list("abc"), columns=list("abc"))
+    message = "agreement must be square with the same model names, in the same order, on rows and columns"
+    with pytest.raises(InputError, match=message):
+        ag.accuracy_agreement_association(square[["b", "a", "c"]], acc)
+    with pytest.raises(InputError, match=message):
+        ag.accuracy_agreement_association(square.iloc[:, :2], acc)
+    with pytest.raises(InputError, match="or a square DataFrame labelled by model name"):
+        ag.accuracy_agreement_association(np.eye(3), acc)
