@@ -767,3 +767,15 @@ def test_agreement_frames_must_be_square_in_one_order():
         ag.accuracy_agreement_association(square.iloc[:, :2], acc)
     with pytest.raises(InputError, match="or a square DataFrame labelled by model name"):
         ag.accuracy_agreement_association(np.eye(3), acc)
+
+
+def test_chance_overlap_bounds_and_the_default_k():
+    assert ag.chance_overlap(2, 1) == 1.0  # the smallest data set: one candidate, always shared
+    assert ag.chance_overlap(np.int64(101), 10) == pytest.approx(0.1)
+    for bad in (1, True, 2.0, "3"):
+        with pytest.raises(InputError, match=r"n must be an integer >= 2 \(number of images\), got"):
+            ag.chance_overlap(bad, 1)
+    X = _rng(59).normal(size=(40, 4))
+    Y = X + _rng(60).normal(size=(40, 4))
+    assert ag.mutual_knn_overlap(X, Y) == ag.mutual_knn_overlap(X, Y, k=10)
+    assert ag.mutual_knn_overlap(X, Y) != ag.mutual_knn_overlap(X, Y, k=11)
