@@ -779,3 +779,23 @@ def test_chance_overlap_bounds_and_the_default_k():
     Y = X + _rng(60).normal(size=(40, 4))
     assert ag.mutual_knn_overlap(X, Y) == ag.mutual_knn_overlap(X, Y, k=10)
     assert ag.mutual_knn_overlap(X, Y) != ag.mutual_knn_overlap(X, Y, k=11)
+
+
+def test_convergence_pairs_skip_other_architectures_and_check_model_info():
+    info = pd.DataFrame({"name": ["wide0", "s0", "s1", "s2"], "objective": ["sup", "sup", "sup", "ssl"],
+                         "seed": [0, 0, 1, 0], "architecture": ["wide", "small", "small", "small"]})
+    names = info["name"].tolist()
+    A = pd.DataFrame(0.3, index=names, columns=names)
+    pairs = ag.convergence_pairs(A, info)
+    # wide0 comes first and has no partner: the small pairs after it are all kept
+    assert sorted(zip(pairs["model_a"], pairs["model_b"])) == [("s0", "s1"), ("s0", "s2"), ("s1", "s2")]
+    alone = ag.convergence_pairs(A.loc[["wide0", "s0"], ["wide0", "s0"]], info)
+    assert alone.empty and list(alone.columns) == ["model_a", "model_b", "architecture", "objective_a",
+                                                   "objective_b", "seed_a", "seed_b", "overlap"]
+    with pytest.raises(InputError, match="model_info must be a DataFrame with columns name, objective, seed, "
+                                         "architecture"):
+        ag.convergence_pairs(A, info.to_dict())
+    with pytest.raises(InputError, match=r"model_info lists model\(s\) \['s1'\] more than once"):
+        ag.convergence_pairs(A, pd.concat([info, info.iloc[[2]]]))
+    with pytest.raises(InputError, match=r"model_info has no row for model\(s\) \['s2'\]"):
+        ag.convergence_pairs(A, info.iloc[:3])
