@@ -312,3 +312,55 @@ def test_paired_interval_cuts_half_of_alpha_on_each_side():
     assert res.low == pytest.approx(np.percentile(res.samples, 5))
     assert res.high == pytest.approx(np.percentile(res.samples, 95))
     assert np.mean((res.samples >= res.low) & (res.samples <= res.high)) == pytest.approx(0.9, abs=0.005)
+
+
+def test_permutation_p_value_known_answers():
+    from crslib.stats import permutation_p_value
+
+    assert permutation_p_value(0.5, np.array([0.1, 0.5, 0.9])) == pytest.approx(3 / 4)  # ties count as extreme
+    assert permutation_p_value(1.0, np.array([0.1, 0.2, 0.3])) == pytest.approx(1 / 4)  # never below 1/(n+1)
+    assert permutation_p_value(0.0, np.array([0.1, 0.2, 0.3])) == 1.0
+    assert permutation_p_value(0.5, np.array([0.9, np.nan, 0.1, np.inf])) == pytest.approx(2 / 3)  # non-finite left out
+    assert permutation_p_value(0.3 + 1e-13, np.array([0.3])) == 1.0  # float noise is a tie
+    assert np.isnan(permutation_p_value(np.nan, np.array([0.1])))
+    assert np.isnan(permutation_p_value(0.5, np.array([np.nan, np.nan])))
+    assert np.isnan(permutation_p_value(0.5, np.array([])))
+
+
+def test_group_permuter_moves_whole_groups_between_groups_of_one_size():
+    from crslib.stats import group_permuter
+
+    groups = np.array(["a", "a", "b", "b", "c", "c", "d", "e", "f", 7, "7"])  # 7 and "7" are one group (as text)
+    values = np.arange(len(groups)) * 10
+    permute = group_permuter(groups)
+    rng = np.random.default_rng(0)
+    blocks = {"a": (0, 10), "b": (20, 30), "c": (40, 50), "7": (90, 100)}
+    seen_pairs, seen_single = set(), set()
+    for _ in range(300):
+        out = permute(values, rng)
+        assert sorted(out) == sorted(values) and out is not values
+        pairs = [tuple(out[groups.astype(str) == g]) for g in ("a", "b", "c", "7")]
+        assert sorted(pairs) == sorted(blocks.values())  # each pair block lands whole, in order, on a pair group
+        seen_pairs.add(tuple(pairs))
+        seen_single.add(tuple(out[6:9]))
+        assert set(out[6:9]) == {60, 70, 80}  # single rows trade only with single rows
+    assert len(seen_pairs) == 24 and len(seen_single) == 6  # every arrangement of the blocks is drawn
+    np.testing.assert_array_equal(values, np.arange(len(groups)) * 10)  # the input is left alone
+    same = group_permuter(groups)(values, np.random.default_rng(5))
+    np.testing.assert_array_equal(same, permute(values, np.random.default_rng(5)))
+
+
+def test_mantel_sampled_null_is_every_drawn_relabelling_across_chunks():
+    """Above 1,024 permutations the null is drawn in chunks; every draw counts, in the order drawn."""
+    rng = np.random.default_rng(7)
+    m = 12  # 12! orderings: sampled, not enumerated
+    pts = rng.normal(size=(m, 2))
+    A = np.linalg.norm(pts[:, None] - pts[None, :], axis=-1)
+    B = A + rng.normal(scale=4.0, size=(m, m))
+    B = (B + B.T) / 2
+    res = stats.mantel_test(A, B, n_permutations=2100, alternative="greater", random_state=11)
+    draws = np.argsort(np.random.default_rng(11).random((2100, m)), axis=1)
+    null = np.array([stats.pairwise_spearman(A[p][:, p], B) for p in draws])
+    assert res.r == pytest.approx(stats.pairwise_spearman(A, B))
+    assert res.p_value == pytest.approx((1 + np.sum(null >= res.r - 1e-12)) / 2101)
+    assert 1 / 2101 < res.p_value < 1  # neither extreme: the check sees the null's values
