@@ -349,3 +349,30 @@ def test_transfer_sweep_rows_equal_classifier_transfer_on_the_same_split():
     assert _message(T.classifier_transfer, old, new[:5], labels, map_idx=[0, 1], train_idx=[2, 3],
                     test_idx=[4, 5]) == (
         "X_old and X_new must hold the same images in the same order; they have 160 and 5 rows")
+
+
+def test_transfer_sweep_keeps_the_pool_size_logs_what_it_drops_and_fits_each_finding(caplog):
+    old, new, labels = _transfer_data(n=200)
+    labels = labels.assign(effusion=(old[:, 1] > 0).astype(int))
+    groups = np.arange(200) // 2
+    with caplog.at_level("INFO", logger="crslib.transfer"):
+        res = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8, 100, 101, 300), n_resamples=10)
+    assert res.table["n_map"].unique().tolist() == [8, 100] and res.dropped_n == [101, 300]  # 100 = the pool
+    assert ("transfer_sweep: n_values [101, 300] exceed the map pool (100 images); using 100 instead"
+            in caplog.messages)
+    assert sorted(res.table["finding"].unique()) == ["effusion", "nodule"]  # no stray index column as a target
+    procrustes = T.transfer_sweep(old, new, labels, groups=groups, n_values=(8, 100), n_resamples=10,
+                                  method="procrustes")
+    assert procrustes.table["alpha"].isna().all() and res.table["alpha"].notna().all()
+    assert not np.allclose(procrustes.table["map_r2"], res.table["map_r2"])
+
+
+def test_transfer_sweep_names_the_part_that_is_too_small():
+    old, new, labels = _transfer_data(n=40)
+    one_each = np.arange(40)  # one image per patient: parts hold 40 x their share
+    for fractions, part in [((0.02, 0.49, 0.49), "map pool"), ((0.49, 0.02, 0.49), "probe training")]:
+        with pytest.raises(InputError, match=fr"the {part} part has [01] image\(s\); need more patients \(got 40\)"):
+            T.transfer_sweep(old, new, labels, groups=one_each, fractions=fractions, n_values=(2,), n_resamples=5)
+    two = T.transfer_sweep(old, new, labels, groups=one_each, fractions=(0.05, 0.475, 0.475), n_values=(2,),
+                           n_resamples=5)
+    assert two.n_pool == 2 and two.table["n_map"].tolist() == [2]  # two images are enough for a part
