@@ -376,3 +376,37 @@ def test_transfer_sweep_names_the_part_that_is_too_small():
     two = T.transfer_sweep(old, new, labels, groups=one_each, fractions=(0.05, 0.475, 0.475), n_values=(2,),
                            n_resamples=5)
     assert two.n_pool == 2 and two.table["n_map"].tolist() == [2]  # two images are enough for a part
+
+
+def test_classifier_transfer_table_findings_confidence_and_log(caplog):
+    old, new, labels = _transfer_data()
+    labels = labels.assign(effusion=(old[:, 1] > 0).astype(int), never=0)
+    labels.index = np.arange(1000, 1300)  # a manifest's index: not carried in as a target
+    sets = {"map_idx": np.arange(100), "train_idx": np.arange(100, 200), "test_idx": np.arange(200, 300)}
+    res = T.classifier_transfer(old, new, labels, n_resamples=60, confidence=0.95, random_state=3, **sets)
+    table = res.table
+    assert list(table.columns) == T._COLUMNS and table["finding"].tolist() == ["nodule", "effusion", "never"]
+    skipped = table.set_index("finding").loc["never"]
+    assert skipped["reason"] != "" and np.isnan(float(skipped["auroc_original"]))  # NaN, not None
+    assert table["auroc_original"].dtype == float
+    again = T.classifier_transfer(old, new, labels, n_resamples=60, confidence=0.95, random_state=3, **sets)
+    pd.testing.assert_frame_equal(table, again.table)
+    narrow = T.classifier_transfer(old, new, labels, n_resamples=60, confidence=0.5, random_state=3, **sets).table
+    width = (table["auroc_transferred_high"] - table["auroc_transferred_low"]).iloc[:2].to_numpy()
+    assert (narrow["auroc_transferred_high"] - narrow["auroc_transferred_low"]).iloc[:2].lt(width).all()
+    assert "classifier_transfer: no finding could be evaluated" not in caplog.messages
+    with caplog.at_level("INFO", logger="crslib.transfer"):
+        T.classifier_transfer(old, new, labels[["never"]], n_resamples=10, **sets)
+    assert "classifier_transfer: no finding could be evaluated" in caplog.messages
+    assert "classifier_transfer: finding 'never' skipped: single class in the training split (0 positive of 100)" \
+        in caplog.messages
+
+
+def test_linear_map_predict_checks_its_input_and_returns_float64():
+    X, Y = _data()
+    lin = T.fit_linear_map(X, Y)
+    out = lin.predict(X[:5].astype(np.float32))
+    assert out.dtype == np.float64
+    np.testing.assert_allclose(out, lin.predict(X[:5]), rtol=1e-5)
+    assert _message(lin.predict, X[:, :3]).startswith("X ")
+    assert _message(lin.predict, np.array([["a"] * 6] * 3)).startswith("X must hold numbers")
