@@ -410,3 +410,21 @@ def test_linear_map_predict_checks_its_input_and_returns_float64():
     np.testing.assert_allclose(out, lin.predict(X[:5]), rtol=1e-5)
     assert _message(lin.predict, X[:, :3]).startswith("X ")
     assert _message(lin.predict, np.array([["a"] * 6] * 3)).startswith("X must hold numbers")
+
+
+def test_transfer_results_serialise_every_field():
+    import json
+
+    old, new, labels = _transfer_data(n=120)
+    sets = {"map_idx": np.arange(40), "train_idx": np.arange(40, 80), "test_idx": np.arange(80, 120)}
+    res = T.classifier_transfer(old, new, labels, n_resamples=10, **sets)
+    d = res.to_dict()
+    assert set(d) == {"method", "alpha", "n_map", "table"}
+    assert (d["method"], d["alpha"], d["n_map"]) == ("ridge", res.alpha, 40)
+    assert [row["finding"] for row in d["table"]] == ["nodule"] and json.loads(res.to_json()) == d
+    sweep = T.transfer_sweep(old, new, labels, groups=np.arange(120) // 2, n_values=(4, 500), n_resamples=10)
+    s = sweep.to_dict()
+    assert set(s) == {"dropped_n", "n_pool", "n_train", "n_test", "table"}
+    assert (s["dropped_n"], s["n_pool"], s["n_train"], s["n_test"]) == (
+        [500], sweep.n_pool, sweep.n_train, sweep.n_test)
+    assert [row["n_map"] for row in s["table"]] == sweep.table["n_map"].tolist() and json.loads(sweep.to_json()) == s
