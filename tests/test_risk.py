@@ -655,3 +655,40 @@ def test_task_need_agrees_with_the_partitions_representation_risk_draws():
             except DataError:
                 fits = False
         assert (task_need(y, groups=groups, n_partitions=3) is None) == fits, (trial, y.tolist())
+
+
+def test_task_need_sentences_name_what_the_target_lacks():
+    import decimal
+
+    from crslib.risk_needs import task_need
+
+    g = np.arange(40)
+    assert task_need([1, "a"] * 20, groups=g) == "`y` mixes numbers and text; use one type to run it"  # default name
+    assert task_need(list(np.tile([1, 2.5, 3], 14)[:40]), groups=g) is None  # ints and floats: a regression
+    assert task_need([decimal.Decimal(i) for i in range(40)], groups=g) is None
+    five = task_need(np.tile(list("abcde"), 8), groups=g)
+    assert five.startswith("`y` has 5 classes ('a', 'b', 'c', 'd', 'e'); multi-class")
+    assert "('a', 'b', 'c', 'd', 'e', ...)" in task_need(np.tile(list("abcdef"), 7)[:40], groups=g)
+    assert task_need(np.r_[np.zeros(37), np.ones(3)], groups=g, fractions=(0.5, 0.25, 0.25)) == (
+        "`y` needs at least 4 patients of each class so that train, validation and test (50/25/25 % of patients) "
+        "all hold both; it has 0: 37, 1: 3")
+    assert task_need(np.r_[np.zeros(37), np.ones(3)], groups=g // 2).endswith(
+        "it has 0: 18, 1: 2 (a patient counts as 1 when any of their images is)")
+    assert task_need(pd.Series([np.str_("a")] * 40, dtype=object), groups=g) == (
+        "`y` has a single value ('a'); it needs two classes or a varying number")
+    with pytest.raises(InputError, match="y must be a non-empty 1-D array with one value per image, got 0 values"):
+        task_need([], groups=[])
+    with pytest.raises(InputError, match="n_partitions"):
+        task_need(np.tile([0, 1], 20), groups=g, n_partitions=0)
+
+
+def test_task_need_checks_every_partition_it_will_draw():
+    from crslib.risk_needs import task_need
+
+    y = np.r_[np.full(36, 1.0), np.arange(2.0, 6.0)]  # four patients carry all the variation
+    g = np.arange(40)
+    assert task_need(y, groups=g) is None and task_need(y, groups=g, n_partitions=2) is None
+    assert task_need(y, groups=g, n_partitions=20).startswith(
+        "`y` does not fill partition 3 of 20: the validation partition holds a constant target (1.0) with seed 2")
+    assert task_need(y, groups=g, n_partitions=20, random_state=2).startswith(
+        "`y` does not fill partition 1 of 20")
