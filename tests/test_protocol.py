@@ -606,3 +606,53 @@ def test_protocol_splits_class_with_one_pool_patient_is_not_carved_but_the_other
     assert _message(protocol.protocol_splits, split, labels, groups=groups, min_validation=1) == (
         "the val partition holds a single class ([1]); the protocol needs both classes in train, validation "
         "and test")
+
+
+def test_checklist_evidence_fields_descriptions_and_derived_numbers():
+    """The exact record the checklist reads: field names, descriptions and units, and the numbers derived here."""
+    from scipy.stats import spearmanr
+
+    preds, grid, effects, calibration, transfers, parts, reported = _evidence_inputs(2)
+    ev = protocol.checklist_evidence(grid, effects, predictions=preds, calibration=calibration, transfers=transfers,
+                                     partitions=parts, reported=reported, calibration_method="platt",
+                                     finetune_epochs=3, provenance="official", n_resamples=50)
+    assert {item: list(fields) for item, fields in ev.items()} == {
+        "training_policy": ["policies_compared", "reported_policy", "backbones", "finetune_epochs",
+                            "backbone_effect_auroc", "effect"],
+        "threshold": ["rule", "fitted_on", "validation_provenance", "rules_compared", "reported_threshold",
+                      "validation_to_test_gap_balanced_accuracy", "effect"],
+        "metrics": ["reported", "reported_values", "effect"],
+        "calibration": ["method", "fitted_on", "ece_before", "ece_after", "effect"],
+        "uncertainty": ["confidence", "n_resamples", "resampling", "seeds", "split_level",
+                        "median_auroc_ci_half_width", "effect"],
+    }
+    assert {item: (fields["effect"]["description"], fields["effect"]["unit"], fields["effect"]["source"])
+            for item, fields in ev.items()} == {
+        "training_policy": ("mean |change| of test AUROC, frozen vs fine-tuned (same backbone, seed, rule)", "AUROC",
+                            "04_protocol_sensitivity"),
+        "threshold": ("mean |change| of test balanced accuracy between threshold rules (same model)",
+                      "balanced accuracy", "04_protocol_sensitivity"),
+        "metrics": ("Spearman correlation of the models' ranking by AUROC and by balanced accuracy (youden "
+                    "threshold); below 1 means the metrics order models differently", "Spearman rho",
+                    "04_protocol_sensitivity"),
+        "calibration": ("test ECE (10 equal-width bins) of the reported model after validation-fitted platt scaling "
+                        "minus before", "ECE", "04_protocol_sensitivity"),
+        "uncertainty": ("range of the reported backbone's frozen test AUROC over repeated patient-grouped "
+                        "partitions", "AUROC", "04_protocol_sensitivity"),
+    }
+    assert ev["threshold"]["fitted_on"] == ev["calibration"]["fitted_on"] == "validation"
+    assert ev["threshold"]["validation_provenance"] == "official"
+    assert ev["training_policy"]["finetune_epochs"] == 3 and ev["training_policy"]["backbones"] == ["a", "b"]
+    assert ev["training_policy"]["backbone_effect_auroc"] == effects.set_index("factor").loc[
+        "backbone", "mean_abs_change"]
+    assert ev["threshold"]["rules_compared"] == list(protocol.THRESHOLD_RULES)
+    assert ev["uncertainty"]["resampling"] == "patient-grouped bootstrap of the official test split"
+    youden = grid[grid.rule == "youden"]
+    auc = youden[youden.metric == "auroc"].groupby(["backbone", "policy"])["value"].mean()
+    ba = youden[youden.metric == "balanced_accuracy"].groupby(["backbone", "policy"])["value"].mean()
+    rho = spearmanr(auc, ba.loc[auc.index]).statistic
+    assert rho == pytest.approx(7 / 9) and ev["metrics"]["effect"]["value"] == pytest.approx(rho)
+    half = ((grid["high"] - grid["low"]) / 2)[grid.metric == "auroc"].median()
+    assert ev["uncertainty"]["median_auroc_ci_half_width"] == pytest.approx(half)
+    assert ev["uncertainty"]["split_level"] == {"n_partitions": 3, "auroc_sd": pytest.approx(parts["auroc"].std()),
+                                                "auroc_range": pytest.approx(np.ptp(parts["auroc"]))}
