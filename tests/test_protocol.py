@@ -656,3 +656,47 @@ def test_checklist_evidence_fields_descriptions_and_derived_numbers():
     assert ev["uncertainty"]["median_auroc_ci_half_width"] == pytest.approx(half)
     assert ev["uncertainty"]["split_level"] == {"n_partitions": 3, "auroc_sd": pytest.approx(parts["auroc"].std()),
                                                 "auroc_range": pytest.approx(np.ptp(parts["auroc"]))}
+
+
+@pytest.mark.parametrize("rule", ["prevalence", "youden"])
+def test_repeated_partitions_equal_each_partition_computed_by_hand(rule):
+    rng = np.random.default_rng(8)
+    patients = np.repeat(np.arange(90), 2)
+    y = np.repeat(rng.random(90) < 0.3, 2).astype(int)  # unbalanced: the prevalence rule's threshold moves
+    X = y[:, None] * 0.8 + rng.normal(size=(180, 5))
+    got = protocol.repeated_partitions(X, y, groups=patients, n_partitions=3, rule=rule, random_state=4)
+    for i in range(3):
+        tr, va, te = splits.grouped_partition(patients, (0.65, 0.15, 0.2), random_state=4 + i)  # the defaults
+        split = np.empty(180, dtype=object)
+        split[tr], split[va], split[te] = "train", "val", "test"
+        prob, _ = protocol.linear_probe(X, y, split.astype(str), groups=patients, Cs=(1.0,))
+        t = metrics.fit_threshold(y[va], prob[va], rule=rule, prevalence=float(y[tr].mean()))
+        row = got.iloc[i]
+        assert (row["partition"], row["n_test"]) == (i, len(te))
+        assert row["auroc"] == pytest.approx(metrics.metric_score(y[te], prob[te], metric="auroc"))
+        assert row["balanced_accuracy"] == pytest.approx(
+            metrics.metric_score(y[te], prob[te], metric="balanced_accuracy", threshold=t))
+    with pytest.raises(DataError, match="partition 0 has a single class in one part; use more patients"):
+        protocol.repeated_partitions(X, np.r_[np.ones(2), np.zeros(178)].astype(int), groups=patients,
+                                     n_partitions=2)
+
+
+def test_effect_summary_skips_groups_with_one_level_without_stopping_or_warning():
+    import warnings
+
+    rows = []
+    # backbone "a" was only frozen (sorted first: one level of policy), "b" and "c" were both
+    for backbone, policies in [("a", {"frozen": 0.7}), ("b", {"frozen": 0.7, "finetuned": 0.8}),
+                               ("c", {"frozen": 0.6, "finetuned": 0.9})]:
+        for policy, value in policies.items():
+            rows.append({"backbone": backbone, "policy": policy, "seed": 0, "rule": "youden", "metric": "auroc",
+                         "value": value})
+    grid = pd.DataFrame(rows)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "mean of empty slice" for the factors with a single level
+        out = protocol.effect_summary(grid, factors=["policy", "seed"]).set_index("factor")
+    assert out.loc["policy", "n_pairs"] == 2  # b and c, after a
+    assert out.loc["policy", "mean_abs_change"] == pytest.approx((0.1 + 0.3) / 2)
+    assert out.loc["policy", "max_abs_change"] == pytest.approx(0.3)
+    assert out.loc["seed", "n_pairs"] == 0 and np.isnan(out.loc["seed", "mean_abs_change"])
+    assert np.isnan(out.loc["seed", "mean_range"]) and np.isnan(out.loc["seed", "max_abs_change"])
