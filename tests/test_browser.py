@@ -202,8 +202,14 @@ def test_every_page_loads_without_errors_with_images_and_working_links(site, bro
 
 
 def _machine_paths(root: Path) -> tuple[str, ...]:
-    """The build's own folders, which no page may show (the reader's machine has other ones)."""
-    return tuple(dict.fromkeys(str(p) for p in (root.resolve(), Path(__file__).resolve().parents[1])))
+    """The build's own folders (its run folders, its HTML, the repository), which no page may show.
+
+    A researcher's own data path may appear (the parameters box names the data the chapter studied), so the
+    book root itself, which holds the test's data folders, is not one of them.
+    """
+    repository = Path(__file__).resolve().parents[1]
+    return tuple(dict.fromkeys(str(p) for p in (root.resolve() / "runs", root.resolve() / "_build",
+                                                 repository / "runs", repository / "crslib")))
 
 
 def _assert_claims_shown(html_dir: Path, notebooks: dict[str, tuple[int, str]], browser, base: str) -> None:

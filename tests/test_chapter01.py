@@ -87,10 +87,13 @@ def test_chapter07_says_which_items_have_no_evidence_and_lists_the_skips(tmp_pat
     assert "**7 of 7 items have no evidence in this run**" in markdown
     assert "(items 2, 3, 4, 5, 6): chapter `04_protocol_sensitivity` skipped 1 analysis in this run" in markdown
     assert "(items 1, 7): chapter `05_split_and_shortcut_audit` is not part of this run" in markdown
-    # the table of skipped analyses, its user text escaped (HTML, table pipes) and code kept as code
+    # the table of skipped analyses: a real HTML table, its user text escaped
     assert "**The run skipped 1 analysis**" in markdown
-    assert ("| `04_protocol_sensitivity` | the protocol grid | no row has split 'train' "
-            "&lt;b&gt;here&lt;/b&gt; \\| see `a\\|b` |") in markdown
-    assert "<b>" not in markdown
+    cells = json.loads(output.read_text(encoding="utf-8"))["cells"]
+    tables = "\n".join("".join(o["data"]["text/html"]) for c in cells if c["cell_type"] == "code"
+                       for o in c.get("outputs", []) if "text/html" in o.get("data", {}))
+    assert "04_protocol_sensitivity" in tables and "the protocol grid" in tables
+    assert "no row has split &#39;train&#39; &lt;b&gt;here&lt;/b&gt; | see `a|b`" in tables
+    assert "<b>here" not in tables and "<b>" not in markdown
     # nothing recorded an effect, so the chart is skipped, and said so
     assert [s["analysis"] for s in read_skips(results)] == ["the chart of this run's effects"]
