@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import paper
-from crslib.stats import percentile_interval
+from crslib.stats import bootstrap_ci
 
 #: Columns of a chapter's ``measures.csv``: quantities a notebook computed that no other table holds as numbers.
 MEASURE_COLUMNS = ["quantity", "value", "low", "high", "detail"]
@@ -97,16 +97,14 @@ def _against(value: float, low: float, high: float, bound: float, *, above: str,
     return Outcome(value, (low, high), verdict, text)
 
 
-def _mean_interval(values: Any, *, n_resamples: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def _mean_interval(values: Any, *, n_resamples: int = 2000) -> tuple[float, float, float]:
     """Mean and 95% bootstrap interval over rows (fixed seed: the ledger is a pure function of the tables)."""
     values = np.asarray(values, dtype=float)
     values = values[np.isfinite(values)]
     if values.size < 2:
         raise NotEvaluated("fewer than two rows to average")
-    rng = np.random.default_rng(seed)
-    means = values[rng.integers(0, values.size, size=(n_resamples, values.size))].mean(axis=1)
-    low, high, _ = percentile_interval(means, 0.95)
-    return float(values.mean()), float(low), float(high)
+    result = bootstrap_ci(np.mean, values, n_resamples=n_resamples, random_state=0)
+    return float(values.mean()), float(result.low), float(result.high)
 
 
 # ---------------------------------------------------------------- CRS-Bench (chapters 02 and 03)
