@@ -36,6 +36,59 @@ def set_reader_display() -> dict[str, Any]:
     return dict(READER_DISPLAY)
 
 
+#: Human column names for the result tables' machine names (the CSV files keep the machine names).
+COLUMN_LABELS: dict[str, str] = {
+    "across_mean": "other objective, mean", "n_across": "other-objective pairs", "n_within": "same-objective pairs",
+    "within_mean": "same objective, mean", "within_min": "same objective, min", "within_max": "same objective, max",
+    "within_minus_across": "same minus other", "n_models": "models", "final_loss": "final training loss",
+    "n_levels": "levels", "share_alone": "share alone", "share_alone_low": "alone, low",
+    "share_alone_high": "alone, high", "share_unique": "unique share", "share_unique_low": "unique, low",
+    "share_unique_high": "unique, high",
+    "n_map": "map images (n)", "map_r2": "map held-out R²", "new_model": "new model",
+    "mean_original_auroc": "mean AUROC, own classifier", "mean_transferred_auroc": "mean AUROC, transferred",
+    "mean_retention": "mean retention", "retention_low": "retention, low", "retention_high": "retention, high",
+    "auroc": "AUROC", "auprc": "AUPRC", "f1": "F1", "balanced_accuracy": "balanced accuracy",
+    "max_abs_change": "largest change", "mean_abs_change": "mean change",
+    "mean_range": "mean range", "n_pairs": "pairs", "n_test": "test images", "n_pool": "pool images",
+    "n_images": "images", "paper_value": "paper", "p_value": "permutation p", "auc": "AUC",
+    "mean_jpeg_quality": "mean JPEG quality", "mean_kB": "mean size (kB)", "mean_width": "mean width (px)",
+    "share_progressive": "progressive JPEG share", "share_rgb": "RGB share",
+}
+
+
+def reader_table(frame: pd.DataFrame, *, digits: int = 3,
+                 labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """A result table as the book shows it: machine column names replaced by human ones, numbers rounded.
+
+    Parameters
+    ----------
+    frame : DataFrame
+        A result table; it is not modified.
+    digits : int, default 3
+        Decimals kept in float columns.
+    labels : dict, optional
+        Extra or overriding ``{machine name: human name}`` pairs on top of :data:`COLUMN_LABELS`.
+
+    Returns
+    -------
+    DataFrame
+        A copy with its columns (and index names) renamed where a label is known; names that are data
+        (model specs, finding names) pass unchanged.
+
+    Examples
+    --------
+    >>> table = pd.DataFrame({"n_map": [64, 128], "map_r2": [0.87912, 0.9], "model": ["a_b", "c"]})
+    >>> reader_table(table).columns.tolist()
+    ['map images (n)', 'map held-out R²', 'model']
+    >>> reader_table(table)["map held-out R²"].tolist()
+    [0.879, 0.9]
+    """
+    names = {**COLUMN_LABELS, **(labels or {})}
+    shown = frame.rename(columns=lambda c: names.get(c, c) if isinstance(c, str) else c)
+    shown.index = shown.index.set_names([names.get(n, n) if isinstance(n, str) else n for n in shown.index.names])
+    return shown.round(digits)
+
+
 def image_grid(
     images: Sequence[np.ndarray],
     *,

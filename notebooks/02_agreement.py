@@ -14,9 +14,9 @@
 # # Do two encoders see images alike?
 #
 # Two encoders agree when they return the same nearest neighbours for the
-# same image. CRS-Bench measures this as the **mutual k-nearest-neighbour
-# overlap**: for each image, the share of its k = 10 nearest neighbours
-# (cosine) that two models have in common, averaged over images. Chance is
+# same image. CRS-Bench measures this as the
+# **{ref}`mutual k-nearest-neighbour overlap <glossary-mutual-knn-overlap>`**: for each image, the share of its k = 10 nearest neighbours
+# (cosine) that two models have in common, averaged over images. {ref}`Chance <glossary-chance-overlap>` is
 # k/(N-1); a randomly initialised network is the floor a trained one should
 # clear.
 #
@@ -140,8 +140,8 @@ has_random = skips.check(
     "the comparisons against a random-init network",
     None if random_names else "no model in this run has a random-init counterpart (ONNX files and Open-NSFW have "
     "no separable architecture to re-initialise); add a timm, public:efficientnet_lite0 or zoo: model to run them")
-(cards[["name", "objective", "architecture", "seed", "epochs", "final_loss"]] if not cards.empty
- else lineup.info[["name", "spec", "backend", "architecture"]])
+plots.reader_table(cards[["name", "objective", "architecture", "seed", "epochs", "final_loss"]] if not cards.empty
+                   else lineup.info[["name", "spec", "backend", "architecture"]])
 
 # %% [markdown]
 # ## The agreement matrix
@@ -424,10 +424,7 @@ if panels:
 
 # %% tags=["hide-input"]
 if shares is not None:
-    display(shares.rename(columns={
-        "factor": "factor", "n_levels": "levels", "share_alone": "share alone", "share_alone_low": "alone, low",
-        "share_alone_high": "alone, high", "share_unique": "unique share", "share_unique_low": "unique, low",
-        "share_unique_high": "unique, high"}).round(3))
+    display(plots.reader_table(shares))
     factor_rows = shares[shares["factor"] != "(all factors)"].set_index("factor")
     top = factor_rows["share_alone"].idxmax()
     joint = shares.set_index("factor").loc["(all factors)"]
@@ -447,12 +444,12 @@ if by_level is not None:
 # %% [markdown]
 # ## Is agreement tied to accuracy?
 #
-# Each model's linear-probe AUROC per finding (or for a two-class `label`
+# Each model's linear-probe {ref}`AUROC <glossary-auroc>` per finding (or for a two-class `label`
 # when the manifest has no `finding_*` columns; logistic regression on a
 # patient-level split), and the association between the agreement matrix
 # and the matrix of accuracy differences. Pairs of models are not
 # independent observations (each model appears in M-1 pairs), so the
-# association is tested with a Mantel test that permutes models, not pairs;
+# association is tested with a {ref}`Mantel <glossary-mantel-test>` test that permutes models, not pairs;
 # the Spearman correlation over pairs is shown beside it for reference.
 
 # %% tags=["hide-input"]
@@ -541,7 +538,7 @@ if has_agreement and skips.check(
         if zoo_info.empty else "no two zoo models of this run share an architecture" if zoo_pairs.empty else None):
     convergence = agreement.convergence_table(matrix.loc[zoo_info["name"], zoo_info["name"]], zoo_info)
     convergence.to_csv(results / "convergence.csv", index=False)
-    display(convergence.round(3))
+    display(plots.reader_table(convergence))
     pooled = convergence[convergence["objective"] == "(all)"].set_index("architecture")
     display(Markdown("Pooled over objectives: " + "; ".join(
         f"{code(arch)}: same objective, other seed {row['within_mean']:.3f} over {int(row['n_within'])} pair(s) "
@@ -577,9 +574,9 @@ if convergence is not None and len(pairs):
 # %% [markdown]
 # ## Other views of similarity
 #
-# The mutual kNN overlap is a local measure. Debiased linear CKA (global,
-# Kornblith et al. 2019), CKNNA (CKA restricted to mutual neighbours, Huh et
-# al. 2024) and the Jaccard index of neighbour sets give complementary views;
+# The mutual kNN overlap is a local measure. Debiased {ref}`linear CKA <glossary-cka>` (global,
+# Kornblith et al. 2019), {ref}`CKNNA <glossary-cknna>` (CKA restricted to mutual neighbours, Huh et
+# al. 2024) and the {ref}`Jaccard <glossary-jaccard-knn>` index of neighbour sets give complementary views;
 # and the overlap depends on k.
 
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "The mutual kNN overlap of the focus pair as k grows, against chance k/(N-1); the table below compares it with debiased CKA, CKNNA and Jaccard.", "name": "fig-02-17"}, "image": {"alt": "Line plot of the overlap and of chance against k"}}
@@ -611,7 +608,7 @@ if has_pair:
 
 # %% tags=["hide-input"]
 if metrics is not None:
-    display(metrics.round(3))
+    display(plots.reader_table(metrics))
     first, last = sweep.iloc[0], sweep.iloc[-1]
     cka, overlap = metrics["debiased linear CKA"], metrics["mutual kNN overlap"]
     display(Markdown(

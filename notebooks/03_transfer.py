@@ -14,10 +14,10 @@
 # # Carrying classifiers across encoders
 #
 # Two encoders that share few neighbours may still carry the same
-# information, arranged differently. CRS-Bench tests this with a **linear
-# map** between two models' embedding spaces, fitted on unlabelled images:
+# information, arranged differently. CRS-Bench tests this with a
+# **{ref}`linear map <glossary-linear-map>`** between two models' embedding spaces, fitted on unlabelled images:
 # classifiers trained on the old model are applied to the new model's
-# embeddings mapped into the old space. The share of AUROC kept (retention
+# embeddings mapped into the old space. The share of {ref}`AUROC <glossary-auroc>` kept ({ref}`retention <glossary-retention>`
 # = transferred / original) measures how much survives the change of
 # encoder; the paper reports **0.987** over 14 findings with a map fitted on
 # 4,096 unlabelled images (the paper's number, on real chest radiographs).
@@ -179,7 +179,7 @@ if transferred:
            f"from {summary['map_r2'].min():.3f} to {summary['map_r2'].max():.3f})" if len(ranked) > 1 else "")
         + f". The paper reports {paper.value('transfer_auroc_retention'):.3f} over 14 findings on real radiographs."
     ))
-    display(summary.round(3))
+    display(plots.reader_table(summary))
 
 # %% [markdown]
 # ## How many unlabelled images does the map need?
@@ -209,7 +209,7 @@ if can_transfer:
 
 # %% tags=["hide-input"]
 if can_transfer:
-    display(by_n.round(3))
+    display(plots.reader_table(by_n))
     first, last = by_n.iloc[0], by_n.iloc[-1]
     left = sorted(sweep.loc[sweep["reason"].ne(""), "finding"].unique())
     retention_text = (
@@ -235,7 +235,7 @@ if can_transfer:
 # %% [markdown]
 # ## Which map?
 #
-# Ridge regression, plain least squares and an orthogonal Procrustes map
+# Ridge regression, plain least squares and an orthogonal {ref}`Procrustes <glossary-procrustes>` map
 # (rotation and one scale) compared by held-out R² of the mapped
 # embeddings. Least squares overfits when the map images are few relative
 # to the dimensions; Procrustes keeps only rotations, so it measures how
@@ -252,7 +252,7 @@ if can_map:
                          "held-out R²": held_out_r2(linear, embeddings[spec][test_idx], embeddings[old_model][test_idx])})
     maps = pd.DataFrame(rows)
     maps.to_csv(results / "map_methods.csv", index=False)
-    display(maps.pivot(index="new model", columns="method", values="held-out R²").round(3))
+    display(plots.reader_table(maps.pivot(index="new model", columns="method", values="held-out R²")))
     best = maps.loc[maps.groupby("new model", sort=False)["held-out R²"].idxmax()]
     wins = best["method"].value_counts()
     display(Markdown(

@@ -13,7 +13,7 @@
 # %% [markdown]
 # # How much does the protocol move the number?
 #
-# A paper reports "AUROC 0.95 on Kermany". Behind that one number sit
+# A paper reports "{ref}`AUROC <glossary-auroc>` 0.95 on Kermany". Behind that one number sit
 # choices: which pretrained backbone, whether it was frozen (a linear probe
 # on its embeddings) or fine-tuned, which decision threshold turned
 # probabilities into diagnoses and where that threshold was fitted, which
@@ -24,7 +24,7 @@
 # |---|---|
 # | backbone (8 pretrained) | 0.026 AUROC spread |
 # | frozen vs fine-tuned | 0.044 AUROC |
-# | decision threshold | 0.090 balanced accuracy |
+# | decision threshold | 0.090 {ref}`balanced accuracy <glossary-balanced-accuracy>` |
 #
 # In the paper, then, the backbone, which papers compare most, moved the
 # headline least. Whether it does in this run is what the effect table
@@ -159,7 +159,7 @@ if run_grid:
 # inner folds; the fine-tuning's initialisation of the head and data order).
 #
 # Every threshold rule is then fitted on the **validation** rows: a fixed
-# 0.5; Youden's J; the F1 maximum; the largest threshold with sensitivity
+# 0.5; {ref}`Youden's J <glossary-youden>`; the F1 maximum; the largest threshold with sensitivity
 # ≥ 0.9; and the threshold whose positive rate matches the training
 # prevalence. Every metric is computed on the **official test split** with
 # a 95 % patient-grouped bootstrap interval.
@@ -232,7 +232,7 @@ if show_policies:
 if run_grid:
     table = head.set_index(["backbone", "policy"])[list(metrics.METRICS)].round(3)
     table.to_csv(results / "headline_by_backbone.csv")
-    display(table)
+    display(plots.reader_table(table))
     frozen_auc = head[head.policy == "frozen"].set_index("backbone")["auroc"]
     tuned_auc = head[head.policy == "finetuned"].set_index("backbone")["auroc"]
     change = (tuned_auc - frozen_auc.reindex(tuned_auc.index)).dropna()
@@ -321,12 +321,12 @@ if run_grid:
         + f". The paper's: backbone {paper.value('backbone_spread'):.3f} AUROC, frozen vs fine-tuned "
         f"{paper.value('policy_effect'):.3f} AUROC, threshold {paper.value('threshold_effect'):.3f} balanced accuracy."
     ))
-    display(effects.drop(columns="paper_text").round(4))
+    display(plots.reader_table(effects.drop(columns="paper_text")))
 
 # %% [markdown]
 # ## Is fine-tuning's gain real? DeLong's test per backbone
 #
-# DeLong's test compares two correlated AUROCs on the same test images
+# {ref}`DeLong <glossary-delong-test>`'s test compares two correlated AUROCs on the same test images
 # (frozen vs fine-tuned, first seed). Images of one patient are not
 # independent, so these p-values are optimistic; the grouped bootstrap
 # intervals above are the primary uncertainty.
@@ -347,7 +347,7 @@ if skips.check("DeLong's test of fine-tuned against frozen", grid_need):
     delong = pd.DataFrame(rows, columns=["backbone", "AUROC fine-tuned", "AUROC frozen", "difference", "95% CI",
                                          "p (DeLong)"])
     delong.to_csv(results / "delong_frozen_vs_finetuned.csv", index=False)
-    display(delong.round(4))
+    display(plots.reader_table(delong))
     display(Markdown(
         f"Fine-tuned against frozen, first seed, {len(delong)} backbone(s): fine-tuning raised test AUROC for "
         f"{int((delong['difference'] > 0).sum())} and lowered it for {int((delong['difference'] < 0).sum())}; "
@@ -368,7 +368,7 @@ if skips.check("the validation-to-test transfer of thresholds", grid_need):
     transfers.to_csv(results / "threshold_transfer.csv", index=False)
     gap = transfers.pivot_table(index="rule", columns="metric", values="gap", aggfunc="mean").reindex(
         metrics.THRESHOLD_RULES)
-    display(gap.round(3))
+    display(plots.reader_table(gap))
     worst = gap.stack().idxmin()
     display(Markdown(
         f"Mean gap (test - validation) over every model: the sensitivity promised by the sensitivity ≥ 0.9 rule "
@@ -379,8 +379,8 @@ if skips.check("the validation-to-test transfer of thresholds", grid_need):
 # %% [markdown]
 # ## Calibration, fitted on validation, applied to test
 #
-# Expected calibration error (10 equal-width and 10 equal-mass bins) and
-# the Brier score on the test split, before and after temperature and Platt
+# {ref}`Expected calibration error <glossary-ece>` (10 equal-width and 10 equal-mass bins) and
+# the Brier score on the test split, before and after {ref}`temperature <glossary-temperature-scaling>` and {ref}`Platt <glossary-platt-scaling>`
 # scaling fitted on the validation rows.
 
 # %% tags=["hide-input"]
@@ -391,10 +391,10 @@ if skips.check("the validation-to-test transfer of calibration", grid_need):
         ["ece_uniform_before", "ece_uniform_after", "ece_quantile_before", "ece_quantile_after", "brier_before",
          "brier_after"]
     ].mean()
-    display(cal_summary.rename(columns={
+    display(plots.reader_table(cal_summary, labels={
         "ece_uniform_before": "ECE before (equal-width bins)", "ece_uniform_after": "ECE after (equal-width bins)",
         "ece_quantile_before": "ECE before (equal-mass bins)", "ece_quantile_after": "ECE after (equal-mass bins)",
-        "brier_before": "Brier before", "brier_after": "Brier after"}).round(3))
+        "brier_before": "Brier before", "brier_after": "Brier after"}))
     cal_method = cal_summary.xs(calibration_method, level="method")
     worse = [policy for policy, r in cal_method.iterrows() if r.ece_uniform_after > r.ece_uniform_before]
     n_models = max(predictions.groupby(["backbone", "policy", "seed"]).ngroups, 1)
@@ -478,7 +478,7 @@ if parts is not None:
         f"{parts['auroc'].max():.3f} (SD {parts['auroc'].std():.3f}); balanced accuracy "
         f"{parts['balanced_accuracy'].min():.3f}-{parts['balanced_accuracy'].max():.3f}." + official
     ))
-    display(parts.round(3))
+    display(plots.reader_table(parts))
 
 # %% [markdown]
 # ## What this run records for the reporting checklist

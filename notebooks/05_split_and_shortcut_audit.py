@@ -15,18 +15,18 @@
 #
 # Two audits that need no anatomy at all, only the split and the files.
 #
-# **Partition classifier (adversarial validation).** Train a classifier to
+# **{ref}`Partition classifier <glossary-partition-classifier>` (adversarial validation).** Train a classifier to
 # tell images of the official test split from images of the training pool.
 # If the two came from the same distribution it cannot (AUC 0.5); if it can,
 # the test split measures something other than the pool. On Kermany the
 # paper's partition classifier reached **AUC 0.697**, and **0.898 among
 # normal images** (the paper's numbers).
 #
-# **Shortcut classifier.** Train a classifier on *file properties only*
+# **{ref}`Shortcut <glossary-shortcut>` classifier.** Train a classifier on *file properties only*
 # (size in bytes, pixel dimensions, mode and bit depth, JPEG quality
 # estimated from the quantisation tables, progressive flag, chroma
 # subsampling, PNG chunks, EXIF and metadata) to predict the label. On
-# Kermany it reached **0.992 balanced accuracy in the training pool and
+# Kermany it reached **0.992 {ref}`balanced accuracy <glossary-balanced-accuracy>` in the training pool and
 # 0.496 on the official test split** (the paper's numbers): the files of the
 # pool encode the label, those of the test split do not, so a model that
 # learns the encoding looks excellent in cross-validation and fails on test.
@@ -145,7 +145,7 @@ file_table = summary.groupby(by or (lambda _: "all images")).agg(
     share_rgb=("mode", lambda s: (s == "RGB").mean()), mean_jpeg_quality=("jpeg_quality", "mean"),
     share_progressive=("jpeg_progressive", lambda s: s.astype(float).mean()),
 ).round(2)
-display(file_table)
+display(plots.reader_table(file_table, digits=2))
 gaps = []
 if "label" in by:
     for split, rows in (file_table.groupby(level="split") if "split" in by else [(None, file_table)]):
@@ -230,7 +230,8 @@ if run_partition:
 
 # %% tags=["hide-input"]
 if run_partition:
-    display(partition[["data", "source", "scope", "auc", "low", "high", "p_value", "n_pool", "n_test"]].round(3))
+    display(plots.reader_table(
+        partition[["data", "source", "scope", "auc", "low", "high", "p_value", "n_pool", "n_test"]]))
     overall = partition[partition["scope"] == "all"]
     display(Markdown(
         "Overall partition AUC: " + "; ".join(
@@ -301,7 +302,8 @@ if run_shortcut:
 
 # %% tags=["hide-input"]
 if run_shortcut:
-    display(shortcut[["data", "scope", "balanced_accuracy", "low", "high", "p_value", "n_images"]].round(3))
+    display(plots.reader_table(
+        shortcut[["data", "scope", "balanced_accuracy", "low", "high", "p_value", "n_images"]]))
     cells = shortcut.set_index(["data", "scope"])
     top3 = result.shortcut.importances.sort_values("alone", ascending=False).head(3)
     display(Markdown(

@@ -20,13 +20,13 @@
 # split can vanish on another. The workflow it recommends, which the public
 # LOOKAGAIN-ML software implements for ten frozen encoders (the study's
 # settings: PCA to 128 dimensions fitted on the outer training set, 2,000
-# bootstrap repetitions, feature union only through nested validation
+# bootstrap repetitions, {ref}`feature union <glossary-feature-union>` only through nested validation
 # selection):
 #
 # 1. benchmark several plausible encoders under **common dimension control**
 #    (standardise, then PCA to a shared dimension, fitted on training rows
 #    only) with several heads (linear, k-nearest neighbours, a small MLP);
-# 2. **select on a locked validation partition**, never on test;
+# 2. **select on a {ref}`locked validation <glossary-locked-validation>` partition**, never on test;
 # 3. **combine encoders** (feature union) only when a paired bootstrap on
 #    validation shows a gain whose lower confidence bound is above 0;
 # 4. report **paired** uncertainty (every candidate against the selected one
@@ -272,7 +272,7 @@ if task_list:
     paired = comparisons.groupby("task", sort=False).apply(
         lambda c: pd.Series({"candidates": len(c), "CI covers 0": int(((c["low"] <= 0) & (c["high"] >= 0)).sum()),
                              "clearly worse": int((c["high"] < 0).sum())}), include_groups=False)
-    display(paired.sort_index())
+    display(plots.reader_table(paired.sort_index()))
     display(Markdown(
         "Against the selected candidate on the same test resamples: "
         + "; ".join(f"{code(t)} (selected {code(outcomes[t].primary.selected)}): {row['CI covers 0']} of "
@@ -309,7 +309,7 @@ if task_list:
 if task_list:
     stability = risk_results.stability_table({t: outcomes[t] for t in task_list})
     stability.to_csv(results / "stability.csv")
-    display(stability)
+    display(plots.reader_table(stability))
     display(Markdown(
         f"Over {int(n_partitions)} partitions: "
         + "; ".join(

@@ -16,18 +16,18 @@
 # Study 2 ends in seven reporting recommendations, each tied to an effect it
 # measured on Kermany (the paper's numbers):
 #
-# 1. **Split provenance and a shift audit**: a partition classifier told the
+# 1. **Split provenance and a shift audit**: a {ref}`partition classifier <glossary-partition-classifier>` told the
 #    official test split from the training pool at AUC 0.697 (0.898 for
 #    normal images).
-# 2. **Training policy**: frozen vs fine-tuned moved AUROC by 0.044, more
+# 2. **Training policy**: frozen vs fine-tuned moved {ref}`AUROC <glossary-auroc>` by 0.044, more
 #    than the 0.026 between eight backbones.
 # 3. **Threshold rule and where it was fitted**: the threshold moved
-#    balanced accuracy by 0.090.
+#    {ref}`balanced accuracy <glossary-balanced-accuracy>` by 0.090.
 # 4. **Metrics beyond AUROC**, balanced accuracy included.
 # 5. **Calibration and where it was fitted**: validation-fitted
 #    calibration transferred imperfectly to test.
 # 6. **Uncertainty**: CIs, seeds and split-level variation.
-# 7. **Shortcut checks**: a classifier on file properties alone reached
+# 7. **{ref}`Shortcut <glossary-shortcut>` checks**: a classifier on file properties alone reached
 #    0.992 balanced accuracy in the training pool and 0.496 on the test split.
 #
 # This notebook does not measure anything itself. It reads what the other

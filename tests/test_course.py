@@ -61,6 +61,56 @@ def solution_blocks(text: str) -> list[str]:
     return solutions
 
 
+def solution_explanations(text: str) -> tuple[list[str], str]:
+    """The prose of each ``{dropdown} Solution`` block (its code blocks removed), one string per block, and
+    the rest of the page (questions, hints, the solutions' code)."""
+    lines = text.splitlines()
+    explanations: list[str] = []
+    in_prose = [False] * len(lines)
+    for i, line in enumerate(lines):
+        opened = _DROPDOWN_OPEN.match(line)
+        if not opened or not opened["title"].startswith("Solution"):
+            continue
+        end = next(j for j in range(i + 1, len(lines)) if lines[j].strip() == opened["fence"])
+        prose, inside = [], None
+        for j in range(i + 1, end):
+            block = _CODE_OPEN.match(lines[j])
+            if inside is None and block and block["lang"]:
+                inside = block["fence"]
+            elif inside is not None and lines[j].strip() == inside:
+                inside = None
+            elif inside is None:
+                prose.append(lines[j])
+                in_prose[j] = True
+        explanations.append("\n".join(prose))
+    return explanations, "\n".join(line for line, prose in zip(lines, in_prose) if not prose)
+
+
+_DECIMAL = re.compile(r"(?<![\w.])-?\d+\.\d+(?!\w|\.\d)")
+
+
+_EXERCISE_REFERENCE = re.compile(r"[Ee]xercises? \d+\.\d+(?:(?:,| and| or) \d+\.\d+)*")
+
+
+def unaccounted_numbers(explanation: str, output: str, context: str) -> list[str]:
+    """Decimals the explanation quotes that neither the solution printed (to the quoted precision) nor the
+    page states elsewhere (the question, the code's own constants) nor the papers report (``crslib.paper``).
+    References such as "exercise 2.3" are not numbers."""
+    from crslib.paper import CLAIMS
+
+    printed = [float(x) for x in _DECIMAL.findall(output)] + [c.value for c in CLAIMS.values()]
+    stated = set(_DECIMAL.findall(context))
+    missing = []
+    for quoted in _DECIMAL.findall(_EXERCISE_REFERENCE.sub(" ", explanation)):
+        digits = len(quoted.split(".")[1])
+        value = float(quoted)
+        tolerance = 0.5 * 10 ** -digits + 1e-9
+        if quoted in stated or any(abs(abs(p) - abs(value)) <= tolerance for p in printed):
+            continue
+        missing.append(quoted)
+    return missing
+
+
 def _page_id(page: Path) -> str:
     return page.stem
 
@@ -210,3 +260,19 @@ def test_solutions_run_and_print_their_answers(page: Path, tmp_path: Path) -> No
     for number, part in enumerate(parts, 1):
         assert re.search(r"^Answer:", part, flags=re.MULTILINE), f"{page.name}: solution {number}: no answer"
     CHECKS[page.stem](out)
+    # What a solution's explanation quotes from "our run" must be what the solution prints today
+    text = page.read_text(encoding="utf-8")
+    explanations, context = solution_explanations(text)
+    stale = {number: unaccounted_numbers(explanation, part, context)
+             for number, (explanation, part) in enumerate(zip(explanations, parts), 1)}
+    stale = {number: numbers for number, numbers in stale.items() if numbers}
+    assert not stale, f"{page.name}: numbers the solution text quotes but the solution does not print: {stale}"
+
+
+def test_the_stale_number_check_finds_a_quoted_number_the_output_lacks() -> None:
+    explanation = "In our run the pair shares 0.54 of its neighbours (0.23 with the other; the paper: 0.987)."
+    output = "Answer: pair 0.5412; other 0.2349"
+    assert unaccounted_numbers(explanation, output, context="The paper reports 0.987.") == []
+    assert unaccounted_numbers(explanation, "Answer: pair 0.5512; other 0.2349", context="") == ["0.54"]
+    assert unaccounted_numbers(explanation, output, context="") == [], "0.987 is the paper's (crslib.paper)"
+    assert unaccounted_numbers("0.544, as exercises 2.3 and 3.2 show", output, context="") == ["0.544"]

@@ -131,3 +131,27 @@ def test_image_panels_stack_one_grid_per_panel():
     assert [ax.get_title() for ax in first[:5]] == list("abcde") and not first[5].images
     assert first[0].images[0].get_array().shape == (4, 4)  # one channel drawn as grayscale
     assert len(fig.subfigs[1].axes) == 1 and fig.subfigs[1].axes[0].images[0].get_array().shape == (4, 4, 3)
+
+
+def test_reader_table_renames_machine_columns_and_index_and_keeps_data_names() -> None:
+    frame = pd.DataFrame({"factor": ["site", "view"], "share_alone": [0.12345, 0.5],
+                          "n_levels": [4, 2], "zoo:supervised_multilabel-cnn_small-seed0": [0.1, 0.2]})
+    shown = plots.reader_table(frame.set_index("factor").rename_axis("new_model"))
+    assert shown.columns.tolist() == ["share alone", "levels", "zoo:supervised_multilabel-cnn_small-seed0"]
+    assert shown.index.name == "new model"
+    assert shown["share alone"].tolist() == [0.123, 0.5]
+    assert frame.columns[1] == "share_alone", "the caller's table must not change"
+
+
+def test_reader_table_extra_labels_override_and_digits_apply() -> None:
+    frame = pd.DataFrame({"p_value": [0.01234], "ece_uniform_before": [0.20554]})
+    shown = plots.reader_table(frame, digits=2, labels={"ece_uniform_before": "ECE before", "p_value": "p"})
+    assert shown.to_dict("list") == {"p": [0.01], "ECE before": [0.21]}
+
+
+def test_reader_table_labels_every_machine_column_of_the_multiindex_rows() -> None:
+    frame = pd.DataFrame({"auroc": [0.91], "balanced_accuracy": [0.8]},
+                         index=pd.MultiIndex.from_tuples([("a", "frozen")], names=["backbone", "policy"]))
+    shown = plots.reader_table(frame)
+    assert shown.columns.tolist() == ["AUROC", "balanced accuracy"]
+    assert list(shown.index.names) == ["backbone", "policy"]
