@@ -4,7 +4,8 @@ The headline measure of CRS-Bench: for each image, the share of its k
 nearest neighbours (cosine) that two models have in common,
 ``|kNN_a(i) & kNN_b(i)| / k``, averaged over images. This module computes it
 for a pair (:func:`mutual_knn_overlap`) or a whole zoo
-(:func:`agreement_matrix`), with reference points (chance ``k / (N - 1)``, a
+(:func:`agreement_matrix`), with reference points (chance ``k / (N - 1)``,
+or its group-aware form when a patient's own images are excluded; a
 permutation null), bootstrap intervals over images or patients, a k sweep,
 the association of agreement with accuracy (Mantel test), and convergence by
 objective and seed.
@@ -38,7 +39,7 @@ from crslib.ann import (
 )
 from crslib.cluster import open_client, worker_count
 from crslib.errors import InputError
-from crslib.neighbors import _check_index_array, _intersections, knn_indices
+from crslib.neighbors import _check_index_array, _group_codes, _intersections, knn_indices
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,8 @@ def mutual_knn_overlap(
     """Mutual kNN overlap: mean over images of the shared-neighbour share.
 
     See :func:`mutual_knn_overlap_per_image` for the parameters. Chance
-    level is ``k / (N - 1)`` (:func:`chance_overlap`).
+    level is ``k / (N - 1)``, or with ``exclude_groups`` the group-aware
+    level of :func:`chance_overlap`.
 
     Examples
     --------
@@ -369,23 +371,47 @@ def agreement_matrix(
 # =========================================================================== reference points
 
 
-def chance_overlap(n: int, k: int) -> float:
+def _chance(k: int, n: int, codes: np.ndarray | None) -> float:
+    """Mean over images of k / (candidates outside the image's own group); ``k / (n - 1)`` without groups."""
+    if codes is None:
+        return k / (n - 1)
+    return float(np.mean(k / (n - np.bincount(codes)[codes])))
+
+
+def chance_overlap(n: int, k: int, *, exclude_groups: Any = None) -> float:
     """Expected mutual kNN overlap of two unrelated models: ``k / (n - 1)``.
 
     If model b's neighbour set of an image is a uniformly random k-subset of
     the other n - 1 images, each of model a's k neighbours is in it with
-    probability k / (n - 1). (With a group exclusion the pool shrinks to the
-    images outside the query's group.)
+    probability k / (n - 1). With a group exclusion the pool shrinks to the
+    images outside the query's group, and chance is the mean over images of
+    ``k / (n - own group size)``: the reference for overlaps computed with
+    the same ``exclude_groups``.
+
+    Parameters
+    ----------
+    n : int
+        Number of images.
+    k : int
+        Neighbours per image.
+    exclude_groups : array-like of shape (n,), optional
+        Group label per image (e.g. patient id), as given to the overlap.
+
+    Returns
+    -------
+    float
 
     Examples
     --------
     >>> round(chance_overlap(1001, 10), 4)
     0.01
+    >>> round(chance_overlap(100, 10, exclude_groups=np.repeat(np.arange(50), 2)), 4)  # 10 / 98
+    0.102
     """
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 2:
         raise InputError(f"n must be an integer >= 2 (number of images), got {n!r}")
     k = check_k(k, int(n))
-    return k / (int(n) - 1)
+    return _chance(k, int(n), _group_codes(exclude_groups, int(n), k))
 
 
 @dataclass(frozen=True)
@@ -401,7 +427,8 @@ class NullResult:
     values : ndarray of shape (n_permutations,)
         Overlap (mean over images) of each permutation.
     chance : float
-        The analytic reference ``k / (N - 1)``.
+        The analytic reference :func:`chance_overlap` (group-aware when the
+        null was computed with ``exclude_groups``).
     """
 
     mean: float
@@ -418,6 +445,7 @@ def permutation_null(
     *,
     k: int = 10,
     n_permutations: int = 20,
+    exclude_groups: Any = None,
     metric: str = "cosine",
     confidence: float = 0.95,
     random_state: int | None = 0,
@@ -430,11 +458,25 @@ def permutation_null(
     searched once; the neighbours of the shuffled model follow from the
     permutation (``I_b'[i] = inv[I_b[perm[i]]]``) without a new search.
 
+    With ``exclude_groups`` both models' neighbour lists of image i leave out
+    the images of i's group, and the groups stay attached to row positions:
+    the permuted model's neighbours of row i (model b's image ``perm[i]``)
+    are the closest rows j with ``groups[j] != groups[i]``, as if
+    ``X_b[perm]`` were searched with the same ``exclude_groups`` (up to ties
+    in similarity). The shuffle breaks the patient correspondence too, so
+    model b's own same-patient images of ``perm[i]`` are ordinary
+    candidates. The null's mean is then the group-aware chance of
+    :func:`chance_overlap`. Model b is searched ``k + largest group - 1``
+    deep, enough to keep k neighbours after any exclusion.
+
     Parameters
     ----------
     X_a, X_b : array-like of shape (N, d)
     k : int
     n_permutations : int
+    exclude_groups : array-like of shape (N,), optional
+        E.g. patient ids, as in :func:`mutual_knn_overlap_per_image`; give
+        the ones the observed overlap was computed with.
     metric : {"cosine", "ip", "euclidean"}
     confidence : float
         Coverage of the percentile interval of the permutation overlaps.
@@ -455,22 +497,30 @@ def permutation_null(
     n_permutations = check_count(n_permutations, "n_permutations")
     confidence = check_confidence(confidence)
     n = check_same_rows({"X_a": X_a, "X_b": X_b})
-    I_a = knn_indices(X_a, k=k, metric=metric)
-    I_b = knn_indices(X_b, k=k, metric=metric)
+    k = check_k(k, n)
+    codes = _group_codes(exclude_groups, n, k)
+    I_a = knn_indices(X_a, k=k, metric=metric, exclude_groups=exclude_groups)
+    depth = k if codes is None else min(n - 1, k + int(np.bincount(codes).max()) - 1)
+    I_b = knn_indices(X_b, k=depth, metric=metric)
     rng = np.random.default_rng(random_state)
     values = np.empty(n_permutations)
     for p in range(n_permutations):
         perm = rng.permutation(n)
         inv = np.empty_like(perm)
         inv[perm] = np.arange(n)
-        values[p] = _intersections(I_a, inv[I_b[perm]]).mean() / k
+        cand = inv[I_b[perm]]  # the permuted model's neighbours, as row positions, closest first
+        if codes is not None:
+            keep = codes[cand] != codes[:, None]
+            keep &= np.cumsum(keep, axis=1) <= k
+            cand = cand[keep].reshape(n, k)
+        values[p] = _intersections(I_a, cand).mean() / k
     alpha = (1 - confidence) / 2
     return NullResult(
         mean=float(values.mean()),
         low=float(np.percentile(values, 100 * alpha)),
         high=float(np.percentile(values, 100 * (1 - alpha))),
         values=values,
-        chance=k / (n - 1),
+        chance=_chance(k, n, codes),
         confidence=confidence,
     )
 
@@ -597,19 +647,8 @@ def k_sweep(
             raise InputError(f"ks must hold integers >= 1, got {kv!r}")
         ks_list.append(int(kv))
     ks_list = sorted(set(ks_list))
-    if exclude_groups is not None:
-        g = np.asarray(exclude_groups)
-        if g.ndim != 1 or g.shape[0] != n:
-            raise InputError(f"exclude_groups must be 1-D with one label per image ({n}), got shape {g.shape}")
-        codes, _ = pd.factorize(pd.Series(g))
-        own = np.bincount(codes[codes >= 0])[codes] if (codes >= 0).all() else None
-        if own is None:
-            raise InputError("exclude_groups has missing labels; give every image a group")
-        limit = n - int(own.max())
-        pool = (n - own).astype(float)
-    else:
-        limit = n - 1
-        pool = None
+    codes = _group_codes(exclude_groups, n, 0)
+    limit = n - 1 if codes is None else n - int(np.bincount(codes).max())
     keep = [kv for kv in ks_list if kv <= limit]
     dropped = [kv for kv in ks_list if kv > limit]
     if dropped:
@@ -622,7 +661,7 @@ def k_sweep(
     rows = []
     for kv in keep:
         ov = _intersections(I_a[:, :kv], I_b[:, :kv]).mean() / kv
-        chance = kv / (n - 1) if pool is None else float(np.mean(kv / pool))
+        chance = _chance(kv, n, codes)
         rows.append({"k": kv, "overlap": float(ov), "chance": chance, "overlap_over_chance": float(ov) / chance})
     return KSweep(table=pd.DataFrame(rows), dropped_k=dropped)
 

@@ -43,6 +43,13 @@ def _check_metadata(metadata: Any, n: int, columns: Any) -> tuple[pd.DataFrame, 
     return metadata.reset_index(drop=True), columns
 
 
+def _check_groups(groups: Any, n: int) -> np.ndarray | None:
+    g = None if groups is None else np.asarray(groups)
+    if g is not None and g.shape != (n,):
+        raise InputError(f"groups must have one label per image ({n}), got shape {g.shape}")
+    return g
+
+
 def overlap_by_subgroup(
     per_image: Any,
     metadata: pd.DataFrame,
@@ -83,9 +90,7 @@ def overlap_by_subgroup(
     """
     x = per_image_array(per_image)
     meta, columns = _check_metadata(metadata, x.shape[0], columns)
-    g = None if groups is None else np.asarray(groups)
-    if g is not None and g.shape != (x.shape[0],):
-        raise InputError(f"groups must have one label per image ({x.shape[0]}), got shape {g.shape}")
+    g = _check_groups(groups, x.shape[0])
     rows = []
     for col in columns:
         levels = meta[col].astype(object).where(meta[col].notna(), "NaN")
@@ -148,6 +153,7 @@ def overlap_variance_shares(
     metadata: pd.DataFrame,
     *,
     columns: Sequence[str] | str,
+    groups: Any = None,
     n_resamples: int = 200,
     confidence: float = 0.95,
     random_state: int | None = 0,
@@ -164,7 +170,8 @@ def overlap_variance_shares(
       when factors are confounded, e.g. a view used mostly at one source).
 
     A last row ``(all factors)`` gives the joint R^2. Intervals come from a
-    bootstrap over images (weights from resampling counts).
+    bootstrap over images, or over patients with ``groups`` (weights from
+    resampling counts).
 
     Parameters
     ----------
@@ -172,9 +179,12 @@ def overlap_variance_shares(
     metadata : DataFrame with N rows
     columns : str or list of str
         Categorical factors; bin continuous variables first.
-    n_resamples : int
-    confidence : float
-    random_state : int
+    groups : array-like of shape (N,), optional
+        Patient ids: resample whole patients. Give them whenever a patient
+        has several images; their overlaps are correlated and an image
+        bootstrap gives too narrow an interval.
+    n_resamples, confidence, random_state
+        See :func:`crslib.stats.bootstrap_ci`.
 
     Returns
     -------
@@ -197,6 +207,7 @@ def overlap_variance_shares(
     x = per_image_array(per_image)
     n = x.shape[0]
     meta, columns = _check_metadata(metadata, n, columns)
+    g = _check_groups(groups, n)
     n_resamples = check_count(n_resamples, "n_resamples")
     confidence = check_confidence(confidence)
     if np.ptp(x) == 0:
@@ -222,15 +233,16 @@ def overlap_variance_shares(
         vals.append(full)
         return np.array(vals)
 
-    est = shares(np.ones(n))
-    rng = np.random.default_rng(random_state)
-    samples = np.empty((n_resamples, est.size))
-    for b in range(n_resamples):
-        w = np.bincount(rng.integers(0, n, n), minlength=n).astype(float)
-        samples[b] = shares(w)
-    alpha = (1 - confidence) / 2
-    lo = np.nanpercentile(samples, 100 * alpha, axis=0)
-    hi = np.nanpercentile(samples, 100 * (1 - alpha), axis=0)
+    # the bootstrap resamples row indices; their counts weight the Gram matrices (no copied rows)
+    res = stats.bootstrap_ci(
+        lambda idx: shares(np.bincount(idx, minlength=n).astype(float)),
+        np.arange(n),
+        n_resamples=n_resamples,
+        groups=g,
+        confidence=confidence,
+        random_state=random_state,
+    )
+    est, lo, hi = res.estimate, res.low, res.high
     rows = []
     for i, c in enumerate(columns):
         a, u = 2 * i, 2 * i + 1

@@ -799,3 +799,49 @@ def test_convergence_pairs_skip_other_architectures_and_check_model_info():
         ag.convergence_pairs(A, pd.concat([info, info.iloc[[2]]]))
     with pytest.raises(InputError, match=r"model_info has no row for model\(s\) \['s2'\]"):
         ag.convergence_pairs(A, info.iloc[:3])
+
+
+# --------------------------------------------------------------------------- chance and null with a group exclusion
+
+
+def test_chance_overlap_with_groups_is_k_over_the_candidates_outside_the_patient():
+    pairs = np.repeat(np.arange(50), 2)  # 2 images per patient, N = 100
+    assert ag.chance_overlap(100, 10, exclude_groups=pairs) == pytest.approx(10 / 98, rel=1e-14)
+    assert ag.chance_overlap(100, 10, exclude_groups=np.arange(100)) == pytest.approx(10 / 99, rel=1e-14)
+    uneven = np.array([0] * 20 + list(range(1, 81)))  # one patient of 20, 80 of one image
+    expected = (20 * 10 / 80 + 80 * 10 / 99) / 100
+    assert ag.chance_overlap(100, 10, exclude_groups=uneven) == pytest.approx(expected, rel=1e-12)
+    # the same rule as k_sweep's chance column
+    X = _rng(70).normal(size=(100, 4))
+    assert ag.k_sweep(X, X, ks=(10,), exclude_groups=uneven).table["chance"].iloc[0] == pytest.approx(expected)
+    with pytest.raises(InputError, match=r"exclude_groups must be 1-D with one label per image \(100\)"):
+        ag.chance_overlap(100, 10, exclude_groups=pairs[:-1])
+    with pytest.raises(InputError, match="leaves too few candidates"):
+        ag.chance_overlap(100, 10, exclude_groups=np.repeat([0, 1], [91, 9]))
+
+
+def test_permutation_null_with_groups_excludes_the_querys_patient():
+    """Each null value is the overlap of A with B's rows permuted, the patient exclusion by row position."""
+    rng = _rng(71)
+    n, k = 120, 5
+    groups = np.repeat(np.arange(30), 4)
+    Xa = rng.normal(size=(n, 8)) + 2.0 * np.repeat(rng.normal(size=(30, 8)), 4, axis=0)  # patients cluster
+    Xb = Xa @ rng.normal(size=(8, 8)) + 0.3 * rng.normal(size=(n, 8))
+    res = ag.permutation_null(Xa, Xb, k=k, n_permutations=6, random_state=3, exclude_groups=groups)
+    perm_rng = np.random.default_rng(3)
+    direct = [ag.mutual_knn_overlap(Xa, Xb[perm_rng.permutation(n)], k=k, exclude_groups=groups) for _ in range(6)]
+    assert np.allclose(res.values, direct)
+    assert res.chance == pytest.approx(k / (n - 4))
+
+
+def test_permutation_null_with_large_groups_sits_at_the_group_aware_chance():
+    rng = _rng(72)
+    n, k = 100, 10
+    groups = np.repeat(np.arange(5), 20)  # 20 images per patient
+    Xa, Xb = rng.normal(size=(n, 16)), rng.normal(size=(n, 16))
+    null = ag.permutation_null(Xa, Xb, k=k, n_permutations=400, random_state=0, exclude_groups=groups)
+    group_chance = ag.chance_overlap(n, k, exclude_groups=groups)
+    assert group_chance == pytest.approx(10 / 80) and null.chance == pytest.approx(group_chance)
+    se = null.values.std(ddof=1) / np.sqrt(null.values.size)
+    assert abs(null.mean - group_chance) < 4 * se
+    assert abs(null.mean - k / (n - 1)) > 10 * se  # 0.101: the chance that ignores the exclusion is too low

@@ -570,6 +570,42 @@ def test_variance_share_input_errors(per, kwargs, message):
         sg.overlap_variance_shares(per, meta, columns="view", **kwargs)
 
 
+def _duplicated_patients(copies=3):
+    """Each of 60 patients contributes `copies` identical images (same overlap, same metadata)."""
+    per, meta = _shares_data()
+    patients = np.array([f"p{i:03d}" for i in range(len(per))])  # sorted: group codes follow row order
+    return per, meta, np.repeat(per, copies), meta.loc[meta.index.repeat(copies)], np.repeat(patients, copies)
+
+
+def test_variance_shares_with_groups_resample_whole_patients():
+    per, meta, per_rep, meta_rep, patients = _duplicated_patients()
+    cols = ["source", "view", "sex"]
+    single = sg.overlap_variance_shares(per, meta, columns=cols, n_resamples=80, random_state=4)
+    grouped = sg.overlap_variance_shares(per_rep, meta_rep, columns=cols, groups=patients, n_resamples=80,
+                                         random_state=4)
+    # a drawn patient brings all 3 copies: the weights are 3x one image's and R^2 ignores the scale, so a
+    # bootstrap that never splits a patient equals the image bootstrap of one copy per patient
+    pd.testing.assert_frame_equal(grouped, single, rtol=1e-9, atol=1e-12)
+
+
+def test_variance_share_intervals_over_images_are_too_narrow_for_clustered_data():
+    _, _, per_rep, meta_rep, patients = _duplicated_patients()
+    kwargs = {"columns": ["source", "view", "sex"], "n_resamples": 400, "random_state": 5}
+    images = sg.overlap_variance_shares(per_rep, meta_rep, **kwargs).iloc[:3]
+    grouped = sg.overlap_variance_shares(per_rep, meta_rep, groups=patients, **kwargs).iloc[:3]
+    width = grouped["share_alone_high"] - grouped["share_alone_low"]
+    image_width = images["share_alone_high"] - images["share_alone_low"]
+    # 3 copies per patient: the image bootstrap sees 3x the information, its interval is ~sqrt(3) too narrow
+    ratio = (width / image_width).to_numpy()
+    assert np.all((ratio > 1.35) & (ratio < 2.2)), ratio
+
+
+def test_variance_share_groups_need_one_label_per_image():
+    per, meta = _shares_data()
+    with pytest.raises(InputError, match=r"^groups must have one label per image \(60\), got shape \(59,\)$"):
+        sg.overlap_variance_shares(per, meta, columns="view", groups=np.arange(59), n_resamples=5)
+
+
 # --------------------------------------------------------------------------- design matrix and R^2 helpers
 
 
