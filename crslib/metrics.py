@@ -383,16 +383,23 @@ def fit_threshold(
             The largest threshold whose sensitivity on these data is at
             least ``min_sensitivity`` (0.9 unless changed).
         ``"prevalence"``
-            The threshold whose predicted-positive share is closest to
-            ``prevalence``: the empirical ``1 - prevalence`` quantile of the
-            probabilities. Without ties and with ``prevalence * n`` a whole
-            number ``k``, it is the ``k``-th largest probability and exactly
-            ``k`` cases are predicted positive.
+            The threshold whose predicted-positive share on these data is
+            closest to ``prevalence``: the empirical ``1 - prevalence``
+            quantile of the probabilities. Without ties and with
+            ``prevalence * n`` a whole number ``k``, it is the ``k``-th
+            largest probability and exactly ``k`` cases are predicted
+            positive. The prevalence meant is the one the model was
+            trained at: pass the share of positives among its *training*
+            rows (as :func:`crslib.protocol.protocol_grid` and
+            :func:`crslib.protocol.validation_to_test` do); only when it is
+            not passed is the share of positives in ``y_true`` (the rows
+            the threshold is fitted on) used instead.
     min_sensitivity : float in (0, 1]
         Target of the ``"sensitivity_0.9"`` rule.
     prevalence : float in (0, 1), optional
-        Target share of predicted positives for the ``"prevalence"`` rule;
-        defaults to the share of positives in ``y_true``.
+        Target share of predicted positives for the ``"prevalence"`` rule:
+        the training rows' share of positives; defaults to the share of
+        positives in ``y_true``.
 
     Returns
     -------
@@ -443,6 +450,7 @@ def threshold_transfer(
     *,
     rules: Sequence[str] = THRESHOLD_RULES,
     metrics: Sequence[str] = ("balanced_accuracy", "sensitivity", "specificity", "f1"),
+    prevalence: float | None = None,
 ) -> pd.DataFrame:
     """Fit thresholds on one split and evaluate them on another.
 
@@ -461,12 +469,18 @@ def threshold_transfer(
         Subset of :data:`THRESHOLD_RULES` (default rule options).
     metrics : sequence of str
         Subset of :data:`METRICS`.
+    prevalence : float in (0, 1), optional
+        Target of the ``"prevalence"`` rule (see :func:`fit_threshold`): the
+        share of positives among the rows the model was trained on; by
+        default the share of positives in ``y_fit``.
 
     Returns
     -------
     pandas.DataFrame
-        One row per (rule, metric): ``rule, threshold, metric, fit_value,
-        eval_value, gap`` where ``gap = eval_value - fit_value``.
+        One row per (rule, metric): ``rule, threshold, prevalence, metric,
+        fit_value, eval_value, gap`` where ``gap = eval_value - fit_value``
+        and ``prevalence`` is the predicted-positive share the
+        ``"prevalence"`` rule aimed at (NaN for the other rules).
 
     Examples
     --------
@@ -480,21 +494,23 @@ def threshold_transfer(
     metrics = _check_names(metrics, METRICS, "metric")
     yf, pf = check_binary(y_fit, p_fit, name="p_fit")
     ye, pe = check_binary(y_eval, p_eval, name="p_eval")
+    target = float(yf.mean() if prevalence is None else prevalence)
     rows = []
     for rule in rules:
-        t = fit_threshold(yf, pf, rule=rule)
+        t = fit_threshold(yf, pf, rule=rule, prevalence=prevalence)
         fit_m = binary_metrics(yf, pf, threshold=t)
         eval_m = binary_metrics(ye, pe, threshold=t)
         for m in metrics:
             rows.append({
                 "rule": rule,
                 "threshold": t,
+                "prevalence": target if rule == "prevalence" else np.nan,
                 "metric": m,
                 "fit_value": fit_m[m],
                 "eval_value": eval_m[m],
                 "gap": eval_m[m] - fit_m[m],
             })
-    return pd.DataFrame(rows, columns=["rule", "threshold", "metric", "fit_value", "eval_value", "gap"])
+    return pd.DataFrame(rows, columns=["rule", "threshold", "prevalence", "metric", "fit_value", "eval_value", "gap"])
 
 
 # --------------------------------------------------------------------------- calibration

@@ -530,7 +530,8 @@ def knn_means(Z_fit: np.ndarray, y_fit: np.ndarray, Z_query: np.ndarray, ks) -> 
 
     Exact brute-force search with one matrix product (faster here than
     scikit-learn's threaded search on small inputs); ties in distance are
-    broken by row order.
+    broken by row order: of fitting rows at the same (computed) distance,
+    the earlier rows are the nearer, so the means are deterministic.
 
     Examples
     --------
@@ -541,9 +542,15 @@ def knn_means(Z_fit: np.ndarray, y_fit: np.ndarray, Z_query: np.ndarray, ks) -> 
     k_max = min(max(ks), y_fit.size)
     d2 = (Z_query * Z_query).sum(axis=1)[:, None] - 2.0 * (Z_query @ Z_fit.T) + (Z_fit * Z_fit).sum(axis=1)[None, :]
     if k_max < y_fit.size:
-        near = np.argpartition(d2, k_max - 1, axis=1)[:, :k_max]
+        # argpartition would take an arbitrary subset of the rows tied at the k-th distance;
+        # keep every row below it and the earliest of those at it, in row order
+        kth = np.partition(d2, k_max - 1, axis=1)[:, k_max - 1, None]
+        below, at = d2 < kth, d2 == kth
+        keep = below | (at & (np.cumsum(at, axis=1, dtype=np.int32) <= k_max - below.sum(axis=1, keepdims=True)))
+        near = np.nonzero(keep)[1].reshape(-1, k_max)
     else:
         near = np.broadcast_to(np.arange(y_fit.size), d2.shape)
+    # near is in row order, so the stable sort keeps tied rows in row order
     order = np.argsort(np.take_along_axis(d2, near, axis=1), axis=1, kind="stable")
     ind = np.take_along_axis(near, order, axis=1)
     cum = np.cumsum(y_fit[ind].astype(float), axis=1)

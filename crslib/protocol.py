@@ -102,10 +102,14 @@ def protocol_splits(
 
     The official test split is kept as it is. The official validation split
     is used when it holds at least ``min_validation`` images of both classes;
-    otherwise (Kermany's official ``val`` holds 16 images) a validation
-    partition of ``validation_fraction`` of the training pool's *patients*
-    is carved out (patient-grouped, so no child is in both), and the official
-    validation images join the training rows.
+    otherwise (Kermany's official ``val`` holds 16 images) the official
+    validation images go back into the training pool (every row outside the
+    test split) and a validation partition of ``validation_fraction`` of
+    that pool's *patients* is carved out of it (patient-grouped, so no child
+    is in both; stratified by each patient's first label). The rest of the
+    pool are the training rows, so an official validation image ends up in
+    the carved validation partition or in the training rows, with its
+    patient.
 
     Parameters
     ----------
@@ -118,7 +122,8 @@ def protocol_splits(
     min_validation : int
         Smallest official validation split that is used as it is.
     validation_fraction : float
-        Share of the pool's patients carved out when it is not.
+        Share of the pool's patients (official train and validation images)
+        carved out when the official validation split is not used.
     train, validation, test : str
         Split names. Every row must carry one of them: a row of any other
         split (``"validation"`` where ``validation="val"``, say) would
@@ -145,6 +150,14 @@ def protocol_splits(
     >>> a, how = protocol_splits(split, [0, 1] * 6, groups=range(12), min_validation=1)
     >>> sorted(set(a.tolist())), "carved" in how
     (['test', 'train', 'val'], True)
+
+    An official validation split that is too small is not kept apart: its
+    images (rows 8 to 11 here) are carved like the training images.
+
+    >>> split = ["train"] * 8 + ["val"] * 4 + ["test"] * 4
+    >>> a, _ = protocol_splits(split, [0, 1] * 8, groups=range(16), min_validation=5, validation_fraction=0.5)
+    >>> a[8:12].tolist()
+    ['val', 'val', 'train', 'train']
     """
     split = np.asarray(split).astype(str)
     groups = np.asarray(groups)
@@ -308,6 +321,13 @@ def _check_predictions(predictions: pd.DataFrame) -> pd.DataFrame:
     return predictions
 
 
+def _training_prevalence(y: np.ndarray, splits: np.ndarray, fit: np.ndarray) -> float:
+    """The ``prevalence`` rule's target for one model, the same in every table: the share of
+    positives among its ``train`` rows (the fitting rows' share when there are none)."""
+    train = splits == "train"
+    return float(y[train].mean()) if train.any() else float(y[fit].mean())
+
+
 def protocol_grid(
     predictions: pd.DataFrame,
     *,
@@ -322,8 +342,11 @@ def protocol_grid(
     """Every (backbone, policy, seed, threshold rule, metric) cell with a CI.
 
     For each model (backbone x policy x seed) every threshold rule is fitted
-    on the ``fit_on`` rows (``prevalence`` matches the training rows'
-    prevalence) and every metric is computed on the ``evaluate_on`` rows.
+    on the ``fit_on`` rows and every metric is computed on the
+    ``evaluate_on`` rows. The ``prevalence`` rule makes the predicted-positive
+    share on the ``fit_on`` rows equal the share of positives among the
+    model's ``train`` rows (the ``fit_on`` rows' share when the table has no
+    ``train`` rows), as in :func:`validation_to_test`.
     CIs are percentile intervals of a patient-grouped bootstrap of the test
     rows; the same resamples are used for every rule and metric of one
     model, so differences between rules are paired. Threshold-free metrics
@@ -351,8 +374,10 @@ def protocol_grid(
     -------
     DataFrame
         Columns ``backbone``, ``policy``, ``seed``, ``rule``, ``threshold``,
-        ``metric``, ``value``, ``low``, ``high``, ``n_test``,
-        ``fit_value`` (the metric on the rows the threshold was fitted on).
+        ``prevalence`` (the training prevalence the ``prevalence`` rule
+        aimed at; NaN for the other rules), ``metric``, ``value``, ``low``,
+        ``high``, ``n_test``, ``fit_value`` (the metric on the rows the
+        threshold was fitted on).
 
     Examples
     --------
@@ -379,11 +404,11 @@ def protocol_grid(
         splits = model["split"].astype(str).to_numpy()
         y = model["y_true"].to_numpy().astype(int)
         p = model["prob"].to_numpy(dtype=float)
-        fit, ev, tr = splits == fit_on, splits == evaluate_on, splits == "train"
+        fit, ev = splits == fit_on, splits == evaluate_on
         where = f"{backbone} / {policy} / seed {seed}"
         for mask, name in ((fit, fit_on), (ev, evaluate_on)):
             check_binary(y[mask], p[mask], name=f"probabilities of {where} on {name!r}")
-        prevalence = float(y[tr].mean()) if tr.any() else float(y[fit].mean())
+        prevalence = _training_prevalence(y, splits, fit)
         y_ev, p_ev = y[ev], p[ev]
         g_ev = model["patient_id"].to_numpy()[ev]
         draws = list(resample_indices(int(ev.sum()), n_resamples=n_resamples, groups=g_ev,
@@ -402,7 +427,8 @@ def protocol_grid(
                                  if np.isfinite(samples).any() else (np.nan, np.nan))
                 rows.append({
                     "backbone": backbone, "policy": policy, "seed": seed, "rule": rule, "threshold": t,
-                    "metric": metric, "value": metric_score(y_ev, p_ev, metric=metric, threshold=t),
+                    "prevalence": prevalence if rule == "prevalence" else np.nan, "metric": metric,
+                    "value": metric_score(y_ev, p_ev, metric=metric, threshold=t),
                     "low": float(low), "high": float(high), "n_test": int(ev.sum()),
                     "fit_value": metric_score(y[fit], p[fit], metric=metric, threshold=t),
                 })
@@ -533,7 +559,10 @@ def validation_to_test(
 
     Runs :func:`crslib.metrics.threshold_transfer` (``what="threshold"``) or
     :func:`crslib.metrics.calibration_transfer` (``what="calibration"``) for
-    every (backbone, policy, seed) of a predictions table.
+    every (backbone, policy, seed) of a predictions table. The
+    ``prevalence`` rule aims at the share of positives among the model's
+    ``train`` rows, as in :func:`protocol_grid`, so both tables hold the same
+    threshold for it (its ``prevalence`` column says which share).
 
     Parameters
     ----------
@@ -565,9 +594,14 @@ def validation_to_test(
         raise InputError(f"what must be 'threshold' or 'calibration', got {what!r}")
     tables = []
     for (backbone, policy, seed), model in predictions.groupby(["backbone", "policy", "seed"], sort=True):
-        fit, ev = model[model["split"] == fit_on], model[model["split"] == evaluate_on]
+        splits = model["split"].astype(str).to_numpy()
+        fit, ev = model[splits == fit_on], model[splits == evaluate_on]
         args = (fit["y_true"].to_numpy(), fit["prob"].to_numpy(), ev["y_true"].to_numpy(), ev["prob"].to_numpy())
-        table = threshold_transfer(*args) if what == "threshold" else calibration_transfer(*args)
+        if what == "threshold":
+            y = model["y_true"].to_numpy().astype(int)
+            table = threshold_transfer(*args, prevalence=_training_prevalence(y, splits, splits == fit_on))
+        else:
+            table = calibration_transfer(*args)
         tables.append(table.drop(columns="params", errors="ignore").assign(backbone=backbone, policy=policy, seed=seed))
     return pd.concat(tables, ignore_index=True)
 

@@ -79,7 +79,8 @@ def grouped_partition(groups: Any, fractions: Sequence[float], *, random_state: 
     Raises
     ------
     InputError
-        Fewer groups than parts.
+        A missing group id (NaN or None), fractions that are negative, not
+        finite or sum to 0, or fewer groups than parts.
 
     Examples
     --------
@@ -88,11 +89,25 @@ def grouped_partition(groups: Any, fractions: Sequence[float], *, random_state: 
     [4, 4]
     """
     groups = np.asarray(groups)
+    missing = pd.isna(groups)
+    if missing.any():
+        # np.unique keeps a NaN id that np.isin never matches: its part would come out empty
+        raise InputError(
+            f"groups has {int(missing.sum())} missing patient id(s) (NaN or None) among {groups.size} rows; "
+            "give every row its patient id, or drop those rows before splitting"
+        )
     rng = np.random.default_rng(random_state)
     unique = np.unique(groups)
+    shares = np.asarray(fractions, dtype=float)
+    if not (np.isfinite(shares).all() and (shares >= 0).all() and shares.sum() > 0):
+        raise InputError(
+            f"fractions must be non-negative numbers with a positive sum, got {fractions!r} ({len(unique)} "
+            "patients); pass relative shares such as (0.6, 0.2, 0.2)"
+        )
     if len(unique) < len(fractions):
         raise InputError(
-            f"need at least {len(fractions)} patients to split the images, found {len(unique)}"
+            f"fractions {tuple(fractions)!r} need at least {len(fractions)} patients (one per part), "
+            f"found {len(unique)}; add patients or pass fewer fractions"
         )
     order = rng.permutation(unique)
     bounds = np.round(np.cumsum(fractions) / np.sum(fractions) * len(order)).astype(int)

@@ -19,10 +19,13 @@ import math
 import warnings
 from dataclasses import dataclass, field
 from itertools import permutations
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import numpy as np
 
+from crslib._resample import Resampler as _Resampler
+from crslib._resample import as_arrays as _as_arrays
+from crslib._resample import check_no_missing
 from crslib._validation import check_confidence, check_count
 from crslib.errors import InputError
 
@@ -143,73 +146,6 @@ class MantelResult:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def _as_arrays(arrays: Sequence[Any], what: str = "arrays") -> tuple[list[np.ndarray], int]:
-    if len(arrays) == 0:
-        raise InputError(f"pass at least one array to resample ({what})")
-    out = [np.asarray(a) for a in arrays]
-    for i, a in enumerate(out):
-        if a.ndim == 0:
-            raise InputError(f"{what}[{i}] is a scalar; pass arrays with one row per sample")
-    n = out[0].shape[0]
-    bad = [(i, a.shape[0]) for i, a in enumerate(out) if a.shape[0] != n]
-    if bad:
-        raise InputError(
-            f"all {what} must have the same number of rows; first has {n}, "
-            f"but {', '.join(f'[{i}] has {m}' for i, m in bad)}"
-        )
-    if n == 0:
-        raise InputError(f"{what} are empty: nothing to resample")
-    return out, n
-
-
-def _codes(labels: Any, n: int, name: str) -> np.ndarray:
-    labels = np.asarray(labels)
-    if labels.ndim != 1 or labels.shape[0] != n:
-        raise InputError(f"{name} must be a 1-D array with one label per row ({n}), got shape {labels.shape}")
-    try:
-        _, codes = np.unique(labels, return_inverse=True)
-    except TypeError as exc:  # mixed types that cannot be sorted
-        raise InputError(f"{name} labels cannot be compared ({exc}); pass labels of one type") from exc
-    return codes.ravel().astype(np.int64)
-
-
-class _Resampler:
-    """Draws bootstrap row indices: rows, whole groups, within strata."""
-
-    def __init__(self, n: int, groups: Any = None, strata: Any = None):
-        gcodes = _codes(groups, n, "groups") if groups is not None else np.arange(n, dtype=np.int64)
-        n_groups = int(gcodes.max()) + 1
-        # rows sorted by group: group g owns order[start[g]:start[g]+count[g]]
-        self.order = np.argsort(gcodes, kind="stable")
-        self.count = np.bincount(gcodes, minlength=n_groups)
-        self.start = np.concatenate([[0], np.cumsum(self.count)[:-1]])
-        if strata is None:
-            self.strata_groups = [np.arange(n_groups)]
-        else:
-            scodes = _codes(strata, n, "strata")
-            # each group must sit in one stratum
-            g_first = np.full(n_groups, -1)
-            g_first[gcodes] = scodes
-            if groups is not None:
-                mixed = np.flatnonzero(np.bincount(gcodes, weights=(scodes != g_first[gcodes])) > 0)
-                if mixed.size:
-                    raise InputError(
-                        f"{mixed.size} group(s) span several strata; each group (e.g. patient) must "
-                        "belong to one stratum, or resample without strata"
-                    )
-            self.strata_groups = [np.flatnonzero(g_first == s) for s in range(int(scodes.max()) + 1)]
-            self.strata_groups = [g for g in self.strata_groups if g.size]
-
-    def draw(self, rng: np.random.Generator) -> np.ndarray:
-        parts = [gs[rng.integers(0, gs.size, gs.size)] for gs in self.strata_groups]
-        drawn = parts[0] if len(parts) == 1 else np.concatenate(parts)
-        lens = self.count[drawn]
-        total = int(lens.sum())
-        # positions start[g] .. start[g]+count[g]-1 for each drawn group, vectorised
-        offsets = np.repeat(self.start[drawn] - (np.cumsum(lens) - lens), lens)
-        return self.order[offsets + np.arange(total)]
 
 
 def resample_indices(
@@ -443,6 +379,24 @@ def paired_bootstrap(
 # --------------------------------------------------------------------------- AUROC
 
 
+def _binary_labels(y: np.ndarray) -> np.ndarray:
+    """0/1 (or bool) labels as bool; a cast to bool would read -1/1 or NaN labels as one class."""
+    if y.dtype == bool:
+        return y
+    check_no_missing(y, "y_true")
+    try:
+        yf = y.astype(float)
+    except (TypeError, ValueError):
+        raise InputError("y_true must hold 0/1 (or bool) labels; map them to 0 (negative) and 1 (positive)") from None
+    bad = (yf != 0.0) & (yf != 1.0)
+    if bad.any():
+        raise InputError(
+            f"y_true must hold 0/1 (or bool) labels, but {int(bad.sum())} labels are not "
+            f"(e.g. {np.unique(y[bad])[:3].tolist()}); map them to 0 (negative) and 1 (positive)"
+        )
+    return yf == 1.0
+
+
 def auroc(y_true: Any, y_score: Any) -> float:
     """Area under the ROC curve (Mann-Whitney form, ties counted half).
 
@@ -452,11 +406,18 @@ def auroc(y_true: Any, y_score: Any) -> float:
     Parameters
     ----------
     y_true : array-like of 0/1 (or bool)
+        Any other value (e.g. -1/1 labels) or a missing label raises.
     y_score : array-like of float, higher = more likely positive
+        Finite; NaN or infinite scores raise.
 
     Returns
     -------
     float
+
+    Raises
+    ------
+    InputError
+        Different lengths, labels other than 0/1, missing labels or scores.
 
     Examples
     --------
@@ -465,10 +426,13 @@ def auroc(y_true: Any, y_score: Any) -> float:
     """
     from scipy.stats import rankdata
 
-    y = np.asarray(y_true).astype(bool).ravel()
+    y = _binary_labels(np.asarray(y_true).ravel())
     s = np.asarray(y_score, dtype=float).ravel()
     if y.shape != s.shape:
         raise InputError(f"y_true and y_score must have the same length, got {y.size} and {s.size}")
+    bad = ~np.isfinite(s)
+    if bad.any():
+        raise InputError(f"y_score has {int(bad.sum())} NaN or infinite value(s); drop those cases")
     n_pos = int(y.sum())
     n_neg = y.size - n_pos
     if n_pos == 0 or n_neg == 0:
@@ -566,6 +530,8 @@ def group_permuter(groups: Any) -> Callable[[np.ndarray, np.random.Generator], n
     >>> int(out[4]), bool(out[0] == out[1] and out[2] == out[3])
     (3, True)
     """
+    # as text, NaN ids would all read "nan" and move as one patient
+    check_no_missing(np.asarray(groups, dtype=object), "groups")
     _, inverse = np.unique(np.array([str(g) for g in groups], dtype=object), return_inverse=True)
     inverse = inverse.ravel()
     order = np.argsort(inverse, kind="stable")

@@ -82,6 +82,7 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "shortcut": ("audit", "shortcut"),
     "risk_results": ("risk",),
     "risk_needs": ("risk",),
+    "_resample": ("stats",),
     "checklist_items": ("checklist",),
 }
 

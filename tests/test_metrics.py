@@ -180,7 +180,7 @@ def test_threshold_transfer_gap_is_eval_minus_fit():
     pf = expit(rng.normal(size=300) + 2 * yf)
     pe = expit(rng.normal(size=300) + 1 * ye - 0.5)
     table = metrics.threshold_transfer(yf, pf, ye, pe)
-    assert list(table.columns) == ["rule", "threshold", "metric", "fit_value", "eval_value", "gap"]
+    assert list(table.columns) == ["rule", "threshold", "prevalence", "metric", "fit_value", "eval_value", "gap"]
     assert len(table) == len(metrics.THRESHOLD_RULES) * 4
     assert np.allclose(table["gap"], table["eval_value"] - table["fit_value"])
     for row in table.itertuples():
@@ -194,6 +194,22 @@ def test_threshold_transfer_gap_is_eval_minus_fit():
         metrics.threshold_transfer(yf, pf, ye, pe, metrics=["accuracy"])
     with pytest.raises(InputError, match="unknown threshold rule"):
         metrics.threshold_transfer(yf, pf, ye, pe, rules=["youden", "bogus"])
+
+
+def test_threshold_transfer_prevalence_rule_uses_the_prevalence_passed():
+    rng = np.random.default_rng(4)
+    yf, ye = np.tile([0, 1], 100), np.tile([0, 1], 100)
+    pf, pe = rng.random(200), rng.random(200)
+    table = metrics.threshold_transfer(yf, pf, ye, pe, rules=["prevalence", "youden"], metrics=["sensitivity"],
+                                       prevalence=0.1)
+    row = table.set_index("rule").loc["prevalence"]
+    assert row["threshold"] == metrics.fit_threshold(yf, pf, rule="prevalence", prevalence=0.1)
+    assert np.mean(pf >= row["threshold"]) == pytest.approx(0.1) and row["prevalence"] == 0.1
+    assert np.isnan(table.set_index("rule").loc["youden", "prevalence"])
+    # without it, the fitting rows' share of positives (as fit_threshold's default)
+    default = metrics.threshold_transfer(yf, pf, ye, pe, rules=["prevalence"], metrics=["sensitivity"]).iloc[0]
+    assert default["prevalence"] == 0.5
+    assert default["threshold"] == metrics.fit_threshold(yf, pf, rule="prevalence")
 
 
 # --------------------------------------------------------------------------- calibration error

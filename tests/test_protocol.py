@@ -286,6 +286,39 @@ def test_protocol_grid_cells_equal_a_direct_computation():
     pd.testing.assert_frame_equal(default, explicit)
 
 
+def _prevalence_shift(seed: int = 3) -> pd.DataFrame:
+    """One model whose training rows are 20 % positive while validation and test are 50 %."""
+    rng = np.random.default_rng(seed)
+    y = np.r_[(np.arange(200) < 40).astype(int), np.tile([0, 1], 50), np.tile([0, 1], 50)]
+    prob = np.clip(0.35 + 0.3 * y + rng.normal(0, 0.15, y.size), 0, 1)
+    return pd.DataFrame({"backbone": "a", "policy": "frozen", "seed": 0, "image_id": range(y.size),
+                         "patient_id": range(y.size), "split": ["train"] * 200 + ["val"] * 100 + ["test"] * 100,
+                         "y_true": y, "prob": prob})
+
+
+def test_prevalence_rule_is_the_training_prevalence_in_the_grid_and_the_transfer_table():
+    preds = _prevalence_shift()
+    val, test = preds[preds.split == "val"], preds[preds.split == "test"]
+    expected = metrics.fit_threshold(val.y_true, val.prob, rule="prevalence", prevalence=0.2)
+    assert expected != metrics.fit_threshold(val.y_true, val.prob, rule="prevalence")  # 0.5 would differ
+    grid = protocol.protocol_grid(preds, metrics=["balanced_accuracy"], n_resamples=5)
+    table = protocol.validation_to_test(preds, what="threshold")
+    g = grid.set_index("rule").loc["prevalence"]
+    t = table[(table.rule == "prevalence") & (table.metric == "balanced_accuracy")].iloc[0]
+    assert g["threshold"] == t["threshold"] == expected
+    assert g["value"] == t["eval_value"] == metrics.metric_score(test.y_true, test.prob, metric="balanced_accuracy",
+                                                                 threshold=expected)
+    # the tables say which prevalence the rule used, and only for that rule
+    assert g["prevalence"] == t["prevalence"] == 0.2
+    assert grid[grid.rule != "prevalence"]["prevalence"].isna().all()
+    assert table[table.rule != "prevalence"]["prevalence"].isna().all()
+    # without training rows both fall back to the fitting rows' prevalence
+    no_train = preds[preds.split != "train"]
+    g0 = protocol.protocol_grid(no_train, rules=["prevalence"], metrics=["f1"], n_resamples=5).iloc[0]
+    t0 = protocol.validation_to_test(no_train).set_index("rule").loc["prevalence"].iloc[0]
+    assert g0["threshold"] == t0["threshold"] and g0["prevalence"] == t0["prevalence"] == 0.5
+
+
 def test_protocol_grid_and_summary_messages():
     preds = _three_models()
     assert _message(protocol.protocol_grid, preds.drop(columns="prob")) == (

@@ -268,6 +268,42 @@ def test_heads_fitted_on_training_rows_only():
     assert again.reduction.equals(first.reduction)
 
 
+def _stable_knn_means(Z_fit, y_fit, Z_query, ks):
+    """Brute force: sort the fitting rows by (squared distance, row index) for each query."""
+    out = {}
+    for k in ks:
+        means = []
+        for q in Z_query:
+            d2 = ((Z_fit - q) ** 2).sum(axis=1)
+            near = sorted(range(len(y_fit)), key=lambda j: (d2[j], j))[: min(k, len(y_fit))]
+            means.append(float(np.mean(y_fit[near])))
+        out[k] = np.array(means)
+    return out
+
+
+def test_knn_means_breaks_distance_ties_by_row_order_as_documented():
+    from crslib.probes import knn_means
+
+    rng = np.random.default_rng(0)
+    differing = 0
+    for case in range(60):
+        # integer points on a small grid: many exactly tied distances, computed exactly
+        n_fit = int(rng.integers(5, 40))
+        Z_fit = rng.integers(0, 3, size=(n_fit, 2)).astype(float)
+        y_fit = rng.integers(0, 2, n_fit)
+        Z_query = rng.integers(0, 3, size=(10, 2)).astype(float)
+        ks = sorted({1, 2, 3, int(rng.integers(1, n_fit + 2))})
+        got = knn_means(Z_fit, y_fit, Z_query, ks)
+        want = _stable_knn_means(Z_fit, y_fit, Z_query, ks)
+        for k in ks:
+            differing += int((got[k] != want[k]).sum())
+    assert differing == 0
+    # a known answer: rows 1, 2 and 3 are all at distance 1 from the query; k=2 takes rows 1 and 2
+    Z_fit = np.array([[5.0], [1.0], [-1.0], [1.0], [9.0]])
+    means = knn_means(Z_fit, np.array([0, 1, 0, 0, 1]), np.array([[0.0]]), [1, 2, 3])
+    assert (means[1].tolist(), means[2].tolist(), means[3].tolist()) == ([1.0], [0.5], [1 / 3])
+
+
 # --------------------------------------------------------------------------- bootstrap
 
 

@@ -54,6 +54,48 @@ def _assert_partition_of_rows(parts, groups: np.ndarray) -> None:
             assert not seen[i] & seen[j]
 
 
+# --------------------------------------------------------------------------- grouped_partition
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_grouped_partition_refuses_missing_patient_ids_that_would_empty_a_part(seed):
+    # NaN ids count as one patient for the guard but match no row, so their part came out empty
+    groups = np.array([np.nan, 1.0, 2.0])
+    with pytest.raises(InputError) as info:
+        grouped_partition(groups, FRACTIONS, random_state=seed)
+    assert str(info.value) == (
+        "groups has 1 missing patient id(s) (NaN or None) among 3 rows; give every row its patient id, "
+        "or drop those rows before splitting"
+    )
+    with pytest.raises(InputError, match=r"groups has 2 missing patient id\(s\)"):
+        grouped_partition(np.array([None, "a", "b", None], dtype=object), (1, 1))
+
+
+def test_grouped_partition_messages_name_the_fractions_and_the_patient_count():
+    with pytest.raises(InputError) as info:
+        grouped_partition([0, 0, 1], (0.4, 0.3, 0.3))
+    assert str(info.value) == (
+        "fractions (0.4, 0.3, 0.3) need at least 3 patients (one per part), found 2; "
+        "add patients or pass fewer fractions"
+    )
+    for bad in ((0.5, -0.1, 0.6), (1.0, -1.0), (0.5, float("nan"))):
+        with pytest.raises(InputError) as info:
+            grouped_partition(np.arange(10), bad)
+        assert str(info.value) == (
+            f"fractions must be non-negative numbers with a positive sum, got {bad!r} (10 patients); "
+            "pass relative shares such as (0.6, 0.2, 0.2)"
+        )
+
+
+def test_grouped_partition_parts_are_never_empty_and_cover_every_row():
+    for n in range(3, 30):
+        for fractions in (FRACTIONS, (0.98, 0.01, 0.01), (0.01, 0.01, 0.98), (1, 0, 0)):
+            groups = np.repeat(np.arange(n), 2)
+            parts = grouped_partition(groups, fractions, random_state=n)
+            assert all(p.size > 0 for p in parts)
+            _assert_partition_of_rows(parts, groups)
+
+
 # --------------------------------------------------------------------------- patient_partition
 
 

@@ -247,7 +247,7 @@ def test_argument_messages():
     assert check_confidence(0.5) == 0.5 and isinstance(check_confidence(1 / 2), float)
     assert _message(check_confidence, "high") == "confidence must be a number between 0 and 1 (e.g. 0.95), got 'high'"
     assert _message(check_confidence, 1.0) == "confidence must be between 0 and 1 (e.g. 0.95), got 1.0"
-    msg = _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=np.array([1, "a", 2.5, None], dtype=object))
+    msg = _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=np.array([1, "a", 2.5, 3], dtype=object))
     assert msg.startswith("groups labels cannot be compared (") and msg.endswith("); pass labels of one type")
 
 
@@ -282,7 +282,8 @@ def test_grouped_partition_fractions_and_messages():
     tiny = splits.grouped_partition(np.arange(10), (0.98, 0.01, 0.01))
     assert [len(p) for p in tiny] == [8, 1, 1]
     assert _message(splits.grouped_partition, [0, 0, 1], (0.4, 0.3, 0.3)) == (
-        "need at least 3 patients to split the images, found 2")
+        "fractions (0.4, 0.3, 0.3) need at least 3 patients (one per part), found 2; add patients or pass fewer "
+        "fractions")
 
 
 # --------------------------------------------------------------------------- DeLong
@@ -457,3 +458,30 @@ def test_grouped_partition_relative_shares_and_small_parts():
     assert [len(p) for p in parts] == [5, 3, 2]  # bounds round(10 * [2, 3, 4] / 4) = [5, 8, 10]
     assert [len(p) for p in splits.grouped_partition(groups, (0.5, 0.001, 0.499))] == [5, 1, 4]
     assert [len(p) for p in splits.grouped_partition([7, 8, 9], (1, 1, 1))] == [1, 1, 1]
+
+
+# --------------------------------------------------------------------------- missing values and bad labels are refused
+
+
+def test_missing_group_or_stratum_ids_are_refused_not_merged_into_one_patient():
+    x = np.arange(6.0)
+    groups = np.array([np.nan, np.nan, 1.0, 1.0, 2.0, np.nan])
+    assert _message(stats.bootstrap_ci, np.mean, x, groups=groups, n_resamples=5) == (
+        "groups has 3 missing value(s) (NaN or None); give every row its patient id, or drop those rows")
+    assert _message(lambda: list(stats.resample_indices(6, n_resamples=2, groups=[None, "a", "a", "b", "b", "c"]))) == (
+        "groups has 1 missing value(s) (NaN or None); give every row its patient id, or drop those rows")
+    assert _message(stats.paired_bootstrap, np.mean, x, x, strata=[0, 0, 1, 1, np.nan, 1], n_resamples=5) == (
+        "strata has 1 missing value(s) (NaN or None); give every row its stratum, or drop those rows")
+    assert _message(stats.group_permuter, ["a", None, "b"]) == (
+        "groups has 1 missing value(s) (NaN or None); give every row its patient id, or drop those rows")
+
+
+def test_auroc_refuses_labels_other_than_0_1_and_missing_scores():
+    assert _message(stats.auroc, [-1, 1, -1, 1], [0.1, 0.8, 0.3, 0.9]) == (
+        "y_true must hold 0/1 (or bool) labels, but 2 labels are not (e.g. [-1]); map them to 0 (negative) "
+        "and 1 (positive)")
+    assert _message(stats.auroc, [0, 1, np.nan, 1], [0.1, 0.8, 0.3, 0.9]) == (
+        "y_true has 1 missing value(s) (NaN or None); give every row its label, or drop those rows")
+    assert _message(stats.auroc, [0, 1, 0, 1], [0.1, np.nan, 0.3, np.inf]) == (
+        "y_score has 2 NaN or infinite value(s); drop those cases")
+    assert stats.auroc(np.array([0.0, 1.0, 0.0, 1.0]), [0.1, 0.8, 0.3, 0.9]) == 1.0  # 0/1 as float is fine
