@@ -47,9 +47,16 @@ from crslib._io import JsonResult, json_ready
 from crslib._validation import as_feature_matrix, as_row_values, check_count
 from crslib.errors import DataError, InputError
 from crslib.probes import class_codes, classifier_name, label_sort_key, make_classifier, out_of_fold_proba
-from crslib.shortcut import PropertyMatrix, ShortcutAuditResult, property_matrix, shortcut_audit
+from crslib.shortcut import (
+    PropertyMatrix,
+    ShortcutAuditResult,
+    permutation_note,
+    permutation_summary,
+    property_matrix,
+    shortcut_audit,
+)
 from crslib.splits import check_pool_and_test, grouped_folds, pool_test_masks
-from crslib.stats import auroc, bootstrap_ci, group_permuter, permutation_p_value
+from crslib.stats import auroc, bootstrap_ci, group_permuter
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +98,12 @@ class PartitionAuditResult:
     table : DataFrame
         One row per scope: ``scope`` (``"all"`` or ``"class=<c>"``), ``auc``,
         ``low``, ``high`` (percentile bootstrap CI, patients resampled),
-        ``p_value`` (permutation test; NaN without one), ``n_pool``,
+        ``p_value`` (permutation test; NaN without one), ``null_mean``,
+        ``null_low``, ``null_high`` (mean and central ``confidence`` range
+        of the AUCs under the permutations: cross-validated AUCs of
+        exchangeable splits scatter around, and often below, 0.5),
+        ``evidence`` (the test's verdict, see
+        :func:`crslib.shortcut.permutation_summary`), ``n_pool``,
         ``n_test`` (images), ``n_pool_patients``, ``n_test_patients``.
     scores : ndarray of shape (n_rows,)
         Out-of-fold probability that a row is in the test split (NaN for rows
@@ -132,12 +144,15 @@ class PartitionAuditResult:
         return float(self.table.loc[self.table["scope"] == "all", "auc"].iloc[0])
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready summary (floats rounded to 4 digits, NaN as None)."""
+        """JSON-ready summary (floats rounded to 4 digits, NaN as None); ``permutation_note`` says why the
+        permutation test decides nothing when it had too few permutations
+        (:func:`crslib.shortcut.permutation_note`)."""
         return json_ready(digits=4, obj={
             "model": self.model,
             "n_splits": self.n_splits,
             "confidence": self.confidence,
             "n_permutations": self.n_permutations,
+            "permutation_note": permutation_note(self.n_permutations),
             "n_excluded": int((~self.used).sum()),
             "n_shared_patients": len(self.shared_patients),
             "shared_patients": self.shared_patients[:20],
@@ -332,6 +347,9 @@ def partition_audit(
         images) and the whole cross-validation rerun, ``n_permutations``
         times; ``p_value`` is the share of shuffles with an AUC at least as
         high (one-sided). Costs ``n_permutations * n_splits`` model fits.
+        With fewer than :data:`crslib.shortcut.MIN_PERMUTATIONS` the
+        smallest possible p-value, 1 / (n_permutations + 1), is not below
+        0.05 and ``evidence`` says ``"too few permutations"``.
     confidence : float
         Interval coverage.
     random_state : int
@@ -413,7 +431,7 @@ def partition_audit(
             yy, ss, gg = y[mask], score[mask], g[mask]
             n_pool, n_test = int((yy == 0).sum()), int((yy == 1).sum())
             row = {"scope": scope, "auc": float("nan"), "low": float("nan"), "high": float("nan"),
-                   "p_value": float("nan"), "n_pool": n_pool, "n_test": n_test,
+                   **permutation_summary(float("nan"), []), "n_pool": n_pool, "n_test": n_test,
                    "n_pool_patients": len(set(gg[yy == 0].tolist())), "n_test_patients": len(set(gg[yy == 1].tolist()))}
             if n_pool and n_test:
                 ci = bootstrap_ci(auroc, yy, ss, groups=gg, n_resamples=n_resamples, confidence=confidence,
@@ -436,9 +454,10 @@ def partition_audit(
                 score_b = out_of_fold_proba(model, Xu, y_b, folds_b, 2, random_state)[0][:, 1]
                 null[b] = [auroc(y_b[mask], score_b[mask]) for _, mask in masks]
             for j, row in enumerate(rows):
-                row["p_value"] = permutation_p_value(row["auc"], null[:, j])
-    table = pd.DataFrame(rows, columns=["scope", "auc", "low", "high", "p_value", "n_pool", "n_test",
-                                        "n_pool_patients", "n_test_patients"])
+                row.update(permutation_summary(row["auc"], null[:, j], confidence=confidence))
+    table = pd.DataFrame(rows, columns=["scope", "auc", "low", "high", "p_value", "null_mean", "null_low",
+                                        "null_high", "evidence", "n_pool", "n_test", "n_pool_patients",
+                                        "n_test_patients"])
     scores = np.full(n, np.nan)
     scores[used] = score
     folds = np.full(n, -1, dtype=np.int64)
@@ -524,6 +543,7 @@ def run_audit(
     n_resamples: int = 1000,
     n_repeats: int = 10,
     n_permutations: int | None = None,
+    confidence: float = 0.95,
     random_state: int = 0,
     model: Any = "logistic",
 ) -> AuditResult:
@@ -549,7 +569,7 @@ def run_audit(
         Name of the model that made them (for the report).
     label_column : str
         The label column.
-    pool, test, n_splits, n_resamples, random_state
+    pool, test, n_splits, n_resamples, confidence, random_state
         As in :func:`partition_audit`.
     n_repeats : int
         Permutations per property for the shortcut importances.
@@ -560,7 +580,8 @@ def run_audit(
         the file-property audits, and 100 for the embeddings when they have
         at most :data:`EMBEDDING_PERMUTATION_LIMIT` values (rows x
         dimensions), else none (noted in the result; the report then falls
-        back on the interval, which is too narrow). 0 turns them off.
+        back on the interval, which is too narrow). 0 turns them off; from 1
+        to 19 they cannot reach p < 0.05 and decide nothing (noted).
     model : {"logistic", "forest"} or estimator
         The classifier of all three audits.
 
@@ -584,9 +605,9 @@ def run_audit(
     >>> from crslib.data.phantom import generate_phantom
     >>> from crslib.reports import render_audit_html
     >>> m = generate_phantom(tempfile.mkdtemp(), n_patients=80, image_size=32, shortcut_strength=1.0)
-    >>> result = run_audit(m, file_properties(m), n_splits=3, n_resamples=100, n_repeats=2, n_permutations=10)
-    >>> result.shortcut.pool_balanced_accuracy > 0.9
-    True
+    >>> result = run_audit(m, file_properties(m), n_splits=3, n_resamples=100, n_repeats=2, n_permutations=20)
+    >>> result.shortcut.pool_balanced_accuracy > 0.9, result.shortcut.table["evidence"].iloc[0]
+    (True, 'yes')
     >>> render_audit_html(result).startswith("<!DOCTYPE html>")
     True
     """
@@ -606,8 +627,8 @@ def run_audit(
     if provenance["n_patients_in_several_splits"]:
         notes.append(f"{provenance['n_patients_in_several_splits']} patient(s) have images in more than one split")
     n_perm_props, n_perm_emb = _permutation_counts(n_permutations, emb, n_splits, notes)
-    common = dict(pool=pool_t, test=test, n_splits=n_splits, n_resamples=n_resamples, random_state=random_state,
-                  model=model)
+    common = dict(pool=pool_t, test=test, n_splits=n_splits, n_resamples=n_resamples, confidence=confidence,
+                  random_state=random_state, model=model)
     label_values = labels.to_numpy(dtype=object)
     part_props = partition_audit(X_props, split, groups=groups, labels=label_values, n_permutations=n_perm_props,
                                  **common)
@@ -718,6 +739,8 @@ def _permutation_counts(n_permutations: int | None, emb: np.ndarray | None, n_sp
     """Permutations of the file-property audits and of the embedding audit (see run_audit's ``n_permutations``)."""
     if n_permutations is not None:
         count = check_count(n_permutations, "n_permutations", 0)
+        if permutation_note(count):
+            notes.append(permutation_note(count))
         return count, count
     n_perm_emb = DEFAULT_PERMUTATIONS if emb is None or emb.size <= EMBEDDING_PERMUTATION_LIMIT else 0
     if emb is not None and not n_perm_emb:

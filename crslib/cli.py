@@ -108,7 +108,7 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
 def _cmd_compare(args: argparse.Namespace) -> int:
     from crslib._io import atomic_write_text
     from crslib.cluster import open_client
-    from crslib.compare import binary_label_frame, compare_embeddings
+    from crslib.compare import binary_label_frame, compare_embeddings, model_provenance
     from crslib.data import load_data
     from crslib.embed import extract_embeddings
     from crslib.models import load_encoder, random_init_spec
@@ -117,27 +117,30 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     manifest = load_data(args.data)
     labels = binary_label_frame(manifest, args.labels) if args.labels else None
     reference = None if args.no_reference else (args.reference or random_init_spec(args.new))
-    embeddings = {}
+    embeddings, models = {}, {}
     with open_client(args.scheduler) as client:  # one cluster for every model and search
         for role, spec in (("old", args.old), ("new", args.new), ("reference", reference)):
             if spec is None:
                 continue
             encoder = load_encoder(spec)
-            embeddings[role] = (encoder.name,
-                                extract_embeddings(manifest, encoder, progress=None, scheduler=client).X)
+            # the report names a model by the spec the user wrote; the encoder's name (the resolved spec,
+            # which can be a cache path) is provenance
+            models[role] = model_provenance(spec, encoder)
+            embeddings[role] = extract_embeddings(manifest, encoder, progress=None, scheduler=client).X
         result = compare_embeddings(
-            embeddings["old"][1], embeddings["new"][1], manifest,
-            old=embeddings["old"][0], new=embeddings["new"][0], k=args.k,
-            X_reference=embeddings["reference"][1] if "reference" in embeddings else None,
-            reference=embeddings["reference"][0] if "reference" in embeddings else None,
-            labels=labels, min_overlap=args.min_overlap, n_resamples=args.resamples, random_state=args.seed,
-            scheduler=client,
+            embeddings["old"], embeddings["new"], manifest, old=args.old, new=args.new, k=args.k,
+            X_reference=embeddings.get("reference"), reference=reference if "reference" in embeddings else None,
+            labels=labels, min_overlap=args.min_overlap, decision=args.decision, n_resamples=args.resamples,
+            n_permutations=args.permutations, models=models, random_state=args.seed, scheduler=client,
         )
     out = Path(args.out)
     atomic_write_text(out / "compare.json", result.to_json())
     atomic_write_text(out / "report.html", render_report_html(result))
     print(f"mutual {result.k}-NN overlap {result.overlap:.3f} (95% CI {result.overlap_low:.3f}-"
           f"{result.overlap_high:.3f}); chance {result.chance:.4f}")
+    if result.null is not None:
+        print(f"permutation null ({result.null['n_permutations']} relabellings): mean {result.null['mean']:.4f} "
+              f"(95% range {result.null['low']:.4f}-{result.null['high']:.4f}), p = {result.null['p_value']:.3g}")
     if result.overlap_error_bound > 0:
         recalls = ", ".join(f"{role} {info['recall']:.3f}" for role, info in result.search.items()
                             if info.get("recall") is not None)
@@ -151,9 +154,10 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         print(f"transfer {row['finding']}: retention {row['retention']:.3f}")
     print(f"report: {out / 'report.html'}")
     if result.passed is False:
-        print(f"FAIL: the overlap's upper CI bound {result.overlap_high:.3f} is below --min-overlap "
-              f"{result.min_overlap:.3f}", file=sys.stderr)
+        print(f"FAIL: {result.gate}", file=sys.stderr)
         return 1
+    if result.passed:
+        print(f"PASS: {result.gate}")
     return 0
 
 
@@ -348,8 +352,9 @@ def _add_compare_command(sub: argparse._SubParsersAction) -> None:
         help="check whether a successor model returns the same neighbours as the old one",
         description="Model-replacement check on unlabelled images: mutual kNN overlap with a CI against "
         "chance and a random-init reference, per subgroup, the linear map's held-out R^2 and, with "
-        "--labels, classifier transfer retention. Writes report.html and compare.json; exits 1 when "
-        "the overlap's upper CI bound is below --min-overlap.",
+        "--labels, classifier transfer retention, and thumbnails of the images whose neighbours changed "
+        "most. Writes report.html and compare.json; exits 1 when the overlap's lower 95% bound (with "
+        "--decision upper: its upper bound) is below --min-overlap.",
     )
     p.add_argument("--old", required=True, metavar="SPEC", help="the model in use")
     p.add_argument("--new", required=True, metavar="SPEC", help="the candidate successor")
@@ -357,11 +362,16 @@ def _add_compare_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--k", type=int, default=10, help="neighbours per image (default 10)")
     p.add_argument("--labels", nargs="+", metavar="COL", help="manifest columns for classifier transfer")
     p.add_argument("--min-overlap", type=float, metavar="X", help="fail (exit 1) below this overlap")
+    p.add_argument("--decision", default="lower", choices=["lower", "upper"],
+                   help="which end of the overlap's 95%% CI must reach --min-overlap: lower (default; the data "
+                   "must show the overlap is high enough) or upper (lenient: a wide interval passes)")
     p.add_argument("--reference", metavar="SPEC",
                    help="reference model (default: the new model's architecture, randomly initialised)")
     p.add_argument("--no-reference", action="store_true", help="skip the random-init reference")
     p.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples (default 1000)")
-    p.add_argument("--seed", type=int, default=0, help="seed of bootstrap and splits (default 0)")
+    p.add_argument("--permutations", type=int, default=199, metavar="N",
+                   help="relabellings of the new model's neighbours for the permutation null (default 199; 0 skips)")
+    p.add_argument("--seed", type=int, default=0, help="seed of bootstrap, permutations and splits (default 0)")
     p.add_argument("--out", default="crs-compare", metavar="DIR", help="report folder (default crs-compare)")
     _add_scheduler(p)
     p.set_defaults(func=_cmd_compare)

@@ -32,7 +32,7 @@ from crslib import paper
 from crslib.audit import PAPER_NUMBERS, AuditResult, PartitionAuditResult
 from crslib.errors import InputError
 from crslib.risk_results import RiskResult
-from crslib.shortcut import ShortcutAuditResult
+from crslib.shortcut import ALPHA, MIN_PERMUTATIONS, ShortcutAuditResult, permutation_note
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from crslib.compare import CompareResult
@@ -83,55 +83,95 @@ def _html_table(frame: pd.DataFrame, digits: int = 3) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
 
 
-def _ci(value: float, low: float, high: float) -> str:
-    return f"{_fmt(value)} (95% CI {_fmt(low)} to {_fmt(high)})"
+def _pct(confidence: float) -> str:
+    """A coverage as a percentage: 0.95 -> '95%', 0.975 -> '97.5%'."""
+    return f"{100 * float(confidence):g}%"
 
 
-def _evidence(low: float, p_value: float, chance: float, n_permutations: int) -> bool | None:
-    """Is the number above chance? Decided by the permutation test when there
-    is one, else by the (too narrow) interval. Appends nothing; see callers."""
-    if n_permutations and math.isfinite(p_value):
-        return p_value < 0.05
-    if not math.isfinite(low):
+def _ci(value: float, low: float, high: float, confidence: float) -> str:
+    return f"{_fmt(value)} ({_pct(confidence)} CI {_fmt(low)} to {_fmt(high)})"
+
+
+def _finite(row: Any, key: str) -> float:
+    """A row's number, NaN where the column is absent or empty."""
+    value = row.get(key, float("nan"))
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def _evidence(row: Any, chance: float) -> bool | None:
+    """Is the number above chance? The permutation test's verdict when it ran
+    (None when it had too few permutations to decide), else the (too narrow)
+    interval's: above chance only when its lower bound is."""
+    verdict = row.get("evidence")
+    if verdict in ("yes", "no"):
+        return verdict == "yes"
+    if verdict == "too few permutations":
         return None
-    return low > chance
+    low = _finite(row, "low")
+    return None if not math.isfinite(low) else low > chance
 
 
-def _evidence_text(low: float, p_value: float, chance: float, n_permutations: int) -> str:
-    if n_permutations and math.isfinite(p_value):
-        verdict = "above chance" if p_value < 0.05 else "indistinguishable from chance"
-        return (f"a permutation test ({n_permutations} shuffles of whole patients) finds it {verdict} "
-                f"(p = {p_value:.3f}). ")
+def _evidence_text(row: Any, chance: float, n_permutations: int, confidence: float) -> str:
+    """The permutation test (p-value and null distribution) or, without one, the interval, in words."""
+    p_value, verdict = _finite(row, "p_value"), row.get("evidence")
+    null = ""
+    if math.isfinite(_finite(row, "null_mean")):
+        null = (f"shuffled: mean {_finite(row, 'null_mean'):.3f}, {_pct(confidence)} range "
+                f"{_finite(row, 'null_low'):.3f} to {_finite(row, 'null_high'):.3f}")
+    if verdict in ("yes", "no") and math.isfinite(p_value):
+        words = "above chance" if verdict == "yes" else "no higher than shuffled data give"
+        return (f"a permutation test ({n_permutations} shuffles of whole patients) finds it {words} "
+                f"(p = {p_value:.3f}{'; ' + null if null else ''}). ")
+    if verdict == "too few permutations":
+        return (f"a permutation test gives p = {p_value:.3f}{' (' + null + ')' if null else ''}, but "
+                f"{html.escape(permutation_note(n_permutations) or 'too few permutations were valid')} "
+                "(no verdict). ")
+    low, high = _finite(row, "low"), _finite(row, "high")
     if not math.isfinite(low):
         return ""
     if low > chance:
         return (f"the interval lies above {chance:.3g}, but it leaves out the variability of refitting the "
                 "classifier and is too narrow, so a lower bound close to it is weak evidence (run with "
                 "n_permutations for a test). ")
+    if high < chance:
+        return (f"the interval lies below {chance:.3g}; cross-validated scores of data without signal scatter "
+                "around, and often below, chance, so this is not evidence of anything (run with n_permutations "
+                "for a test). ")
     return f"the interval includes {chance:.3g}. "
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _read_partition(result: PartitionAuditResult, what: str, test: str) -> str:
     row = result.table.iloc[0]
     auc, low, high = float(row["auc"]), float(row["low"]), float(row["high"])
-    text = (f"A classifier given only {what} tells an image of the official {test} split from an image of the "
-            f"training pool with an AUC of {_ci(auc, low, high)}, estimated out of fold with patient-grouped "
-            f"cross-validation. An AUC of 0.5 means the two cannot be told apart; 1.0 means every test image "
-            f"can be picked out. ")
-    sentence = _evidence_text(low, float(row["p_value"]), 0.5, result.n_permutations)
-    text += sentence[:1].upper() + sentence[1:]
-    differs = _evidence(low, float(row["p_value"]), 0.5, result.n_permutations)
-    if differs is None:
-        pass
-    elif differs:
-        text += ("So the test split differs from the pool in these respects: a test score measures transfer to "
-                 "a shifted batch as well as performance on the training distribution. ")
-    else:
-        text += ("So these data give no evidence that the test split differs from the pool in these respects "
-                 "(which is not proof that it does not). ")
+    text = (f"A classifier given only {what} tells an image of the official {html.escape(test)} split from an "
+            f"image of the training pool with an AUC of {_ci(auc, low, high, result.confidence)}, estimated out "
+            "of fold with patient-grouped cross-validation. An AUC of 0.5 means the two cannot be told apart; "
+            "1.0 means every test image can be picked out. ")
+    text += _sentence(_evidence_text(row, 0.5, result.n_permutations, result.confidence))
+    differs = _evidence(row, 0.5)
+    null_mean = _finite(row, "null_mean")
+    # cross-validated AUCs of exchangeable splits are biased below 0.5: an interval below it is no finding
+    below_null = math.isfinite(auc) and auc <= (null_mean if math.isfinite(null_mean) else 0.5)
+    if differs:
+        text += ("So this is evidence that the test split differs from the pool in these respects: a test score "
+                 "measures transfer to a shifted batch as well as performance on the training distribution. ")
+    elif below_null:
+        text += ("An AUC at or below the null is not evidence of a difference: cross-validated AUCs of splits "
+                 "that do not differ scatter around, and often below, 0.5 (nor is it proof that there is none). ")
+    elif differs is not None:
+        text += ("So this is not evidence of a difference between the test split and the pool in these respects "
+                 "(nor proof that there is none). ")
     per_class = result.table.iloc[1:]
     if len(per_class):
-        parts = [f"{r['scope'].removeprefix('class=')}: {_fmt(r['auc'])}" for _, r in per_class.iterrows()]
+        parts = [f"{html.escape(str(r['scope']).removeprefix('class='))}: {_fmt(r['auc'])}"
+                 for _, r in per_class.iterrows()]
         text += f"Within each class the AUC is {'; '.join(parts)}. "
     text += (f'<span class="paper">For comparison, the paper reports a partition AUC of '
              f"{PAPER_NUMBERS['partition_auc']:.3f} on the Kermany pediatric chest X-rays overall and "
@@ -143,25 +183,26 @@ def _read_partition(result: PartitionAuditResult, what: str, test: str) -> str:
 def _read_shortcut(result: ShortcutAuditResult, test: str) -> str:
     pool = result.table.set_index("scope").loc["pool"]
     tst = result.table.set_index("scope").loc["test"]
-    chance = float(pool["chance"])
+    chance, confidence = float(pool["chance"]), result.confidence
     text = (f"A classifier that sees only file properties (size, dimensions, container, bit depth, JPEG "
             f"settings, metadata), never what the image shows, predicts the label with a balanced accuracy of "
-            f"{_ci(pool['balanced_accuracy'], pool['low'], pool['high'])} in the training pool (patient-grouped "
-            f"cross-validation) and {_ci(tst['balanced_accuracy'], tst['low'], tst['high'])} on the official "
-            f"{test} split (a model fitted on the whole pool). Chance is {chance:.3f}. ")
-    text += "In the pool, " + _evidence_text(float(pool["low"]), float(pool["p_value"]), chance, result.n_permutations)
-    pool_above = bool(_evidence(float(pool["low"]), float(pool["p_value"]), chance, result.n_permutations))
-    text += "On the test split, " + _evidence_text(float(tst["low"]), float(tst["p_value"]), chance,
-                                                   result.n_permutations)
-    test_above = _evidence(float(tst["low"]), float(tst["p_value"]), chance, result.n_permutations)
-    test_at_chance = not test_above
-    if pool_above and test_at_chance:
+            f"{_ci(pool['balanced_accuracy'], pool['low'], pool['high'], confidence)} in the training pool "
+            f"(patient-grouped cross-validation) and "
+            f"{_ci(tst['balanced_accuracy'], tst['low'], tst['high'], confidence)} on the official "
+            f"{html.escape(test)} split (a model fitted on the whole pool). Chance is {chance:.3f}. ")
+    text += "In the pool, " + _evidence_text(pool, chance, result.n_permutations, confidence)
+    text += "On the test split, " + _evidence_text(tst, chance, result.n_permutations, confidence)
+    pool_above, test_above = _evidence(pool, chance), _evidence(tst, chance)
+    if pool_above and test_above is False:
         text += ("File encoding carries the label in the pool but not in the test split: a model can learn "
                  "this shortcut during training and the test split will not reveal it, nor reward it. ")
-    elif pool_above:
+    elif pool_above and test_above:
         text += ("File encoding carries label information in the pool and, to a degree, on the test split "
                  "too; a model may use it, and the test score would partly credit that. ")
-    else:
+    elif pool_above:
+        text += ("File encoding carries label information in the pool; whether it does on the test split these "
+                 "permutations cannot decide. ")
+    elif pool_above is False:
         text += "These data give no evidence that file properties carry the label in the pool. "
     imp = result.importances
     if len(imp):
@@ -223,6 +264,10 @@ def render_audit_html(result: AuditResult) -> str:
     else:
         leak = "<p>No patient has images in more than one split.</p>"
     notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in result.notes)
+    parts = [p for p in (result.partition_properties, result.partition_embeddings, result.shortcut) if p is not None]
+    levels = sorted({float(p.confidence) for p in parts})
+    coverage = (f"Every interval is a {_pct(levels[0])}" if len(levels) == 1 else
+                f"Intervals (at {', '.join(map(_pct, levels))}, as each says) are a")
     sections = [
         f"<h2>Splits</h2>{split_table}{leak}",
         "<h2>Partition classifier on file properties</h2>"
@@ -245,8 +290,9 @@ def render_audit_html(result: AuditResult) -> str:
     )
     return _page("crs audit: split and file-property audit", f"""<h1>Split and file-property audit</h1>
 <p>{result.n_images:,} images; label column <code>{html.escape(result.label_column)}</code>; training pool
-{html.escape(' + '.join(result.pool))}, official test split {html.escape(result.test)}. Every interval is a 95%
-percentile bootstrap over patients; every classifier is evaluated on patients it was not fitted on.</p>
+{html.escape(' + '.join(result.pool))}, official test split {html.escape(result.test)}. {coverage}
+percentile bootstrap over patients; every classifier is evaluated on patients it was not fitted on. A permutation
+test decides at p &lt; {ALPHA} and needs at least {MIN_PERMUTATIONS} permutations to be able to.</p>
 {notes}
 {''.join(sections)}""")
 
@@ -321,6 +367,120 @@ def _figure_png(fig) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+#: Largest side of a thumbnail in the compare report, in pixels.
+THUMBNAIL_PX = 48
+
+
+def _thumbnail(path: str | None, cache: dict[str, str | None]) -> str | None:
+    """A small PNG of an image file, base64-encoded; None when there is no path or it cannot be read."""
+    if path is None:
+        return None
+    if path not in cache:
+        from PIL import Image
+
+        from crslib.data import read_image
+        from crslib.errors import ImageReadError
+
+        try:
+            pixels = np.round(255 * read_image(path)).astype(np.uint8)
+        except ImageReadError:
+            cache[path] = None
+        else:
+            image = Image.fromarray(pixels[..., 0] if pixels.shape[2] == 1 else pixels)
+            image.thumbnail((THUMBNAIL_PX, THUMBNAIL_PX))
+            buffer = io.BytesIO()
+            image.save(buffer, format="PNG", optimize=True)
+            cache[path] = base64.b64encode(buffer.getvalue()).decode("ascii")
+    return cache[path]
+
+
+def _thumbnail_tag(image: Mapping[str, Any], cache: dict[str, str | None], shared: bool = False) -> str:
+    label = html.escape(f"{image['image_id']} ({image['path']})", quote=True)
+    outline = "outline:2px solid #2a8a2a;" if shared else ""
+    data = _thumbnail(image["path"], cache)
+    if data is None:
+        return (f'<span title="{label}: unreadable" style="display:inline-block;width:{THUMBNAIL_PX}px;'
+                f'height:{THUMBNAIL_PX}px;margin:2px;background:#eee;{outline}">?</span>')
+    return f'<img src="data:image/png;base64,{data}" alt="{label}" title="{label}" style="margin:2px;{outline}"/>'
+
+
+def _strip_section(result: CompareResult) -> str:
+    """The queries of lowest overlap as thumbnail strips: the image, the old model's and the new model's neighbours."""
+    head = ('<section id="changed-neighbours"><h2>Images whose neighbours changed most</h2>'
+            f"<p>The {len(result.strips)} images with the lowest overlap; compare.json lists the "
+            f"{len(result.largest_changes)} lowest with both neighbour lists. Each row shows the image, its "
+            f"{result.k} nearest neighbours under the old model and under the new one, nearest first; an outlined "
+            "neighbour is in both lists.</p>")
+    cache: dict[str, str | None] = {}
+    if not result.strips or result.strips[0]["path"] is None:
+        return head + '<p class="note">no thumbnails: the manifest has no path column</p></section>'
+    if not any([_thumbnail(s["path"], cache) for s in result.strips]):
+        return (head + f'<p class="note">no thumbnails: none of the {len(result.strips)} query images could be '
+                f"read (the first is {html.escape(str(result.strips[0]['path']))})</p></section>")
+    rows = []
+    for strip in result.strips:
+        both = {n["image_id"] for n in strip["old"]} & {n["image_id"] for n in strip["new"]}
+        old = "".join(_thumbnail_tag(n, cache, n["image_id"] in both) for n in strip["old"])
+        new = "".join(_thumbnail_tag(n, cache, n["image_id"] in both) for n in strip["new"])
+        shared = f"{round(strip['overlap'] * result.k)} of {result.k} neighbours shared"
+        rows.append(f'<tr><td style="width:14em">{_thumbnail_tag(strip, cache)}<br/>{html.escape(str(strip["image_id"]))}'
+                    f': {shared}<br/><small style="word-break:break-all">{html.escape(str(strip["path"]))}</small></td>'
+                    f'<td style="white-space:nowrap"><div>old: {old}</div><div>new: {new}</div></td></tr>')
+    return (head + "<table><thead><tr><th>image</th><th>its neighbours under the old model (top) and the new "
+            f"model (bottom)</th></tr></thead><tbody>{''.join(rows)}</tbody></table></section>")
+
+
+def _compare_rows(result: CompareResult) -> str:
+    """The summary table of a comparison: models and their provenance, overlap, null, reference, gate."""
+
+    def row(name: str, value: str) -> str:
+        return f"<tr><th>{html.escape(name)}</th><td>{html.escape(value)}</td></tr>"
+
+    def provenance(role: str) -> list[str]:
+        info = result.models.get(role)
+        if not info:
+            return []
+        sha = info.get("weights_sha256") or "none (no weight file)"
+        return [row(f"{role} model provenance", f"resolved to {info.get('resolved')}; weights SHA-256 {sha}; "
+                    f"encoder fingerprint {info.get('fingerprint')}")]
+
+    rows = []
+    for role, name in (("old", result.old), ("new", result.new)):
+        rows += [row(f"{role} model", name), *provenance(role)]
+    rows += [
+        row("images", f"{result.n_images:,}"),
+        row(f"mutual {result.k}-NN overlap",
+            f"{result.overlap:.3f} (95% CI {result.overlap_low:.3f}-{result.overlap_high:.3f})"),
+        row("chance k/(N-1)", f"{result.chance:.4f}"),
+    ]
+    if result.null is not None:
+        null = result.null
+        rows.append(row(f"permutation null ({null['n_permutations']} relabellings of the {null['permuted']} model's "
+                        "neighbour lists)",
+                        f"mean {null['mean']:.4f} (95% range {null['low']:.4f}-{null['high']:.4f}); p = "
+                        f"{null['p_value']:.3g} for the observed {result.overlap:.3f} (smallest possible "
+                        f"{1 / (null['n_permutations'] + 1):.3g})"))
+    for role, info in result.search.items():
+        if info.get("recall") is not None:
+            rows.append(row(f"{role} model's neighbours", f"approximate ({info['index']}), recall@{result.k} "
+                            f"{info['recall']:.3f} against exact search on {info['recall_sample']:,} queries"))
+    if result.overlap_error_bound > 0:
+        rows.append(row("overlap error bound (approximate index)", f"at most {result.overlap_error_bound:.3f}"))
+    if result.reference_overlap is not None:
+        rows.append(row(f"old vs {result.reference}", f"{result.reference_overlap:.3f} "
+                        f"(95% CI {result.reference_low:.3f}-{result.reference_high:.3f})"))
+        rows += provenance("reference")
+    if result.map_r2 is not None:
+        rows.append(row("linear map new -> old, held-out R^2", f"{result.map_r2:.3f}"))
+    if result.passed is not None:
+        rule = ("lower: pass only when the lower 95% bound of the overlap reaches the minimum"
+                if result.decision == "lower" else
+                "upper (lenient): pass unless the upper 95% bound of the overlap is below the minimum")
+        rows.append(row("decision rule", rule))
+        rows.append(row("gate", f"{'PASS' if result.passed else 'FAIL'}: {result.gate}"))
+    return "".join(rows)
+
+
 def render_report_html(result: CompareResult) -> str:
     """A self-contained HTML report of a model-replacement check (figures embedded as PNG data URIs).
 
@@ -332,9 +492,13 @@ def render_report_html(result: CompareResult) -> str:
     Returns
     -------
     str
-        A complete HTML document: the overlap with its interval, chance and
-        the reference, the map's R^2, the gate's verdict, the subgroup and
-        transfer tables and their figures.
+        A complete HTML document: the models as the user named them (with
+        the resolved spec and weight hash when ``result.models`` has them),
+        the overlap with its interval, chance, the permutation null and the
+        reference, the map's R^2, the gate's rule and verdict, the subgroup
+        and transfer tables and their figures, and thumbnail strips of the
+        images whose neighbours changed most (read from ``path``; a note says
+        why when there are none). File names and specs are escaped.
 
     Examples
     --------
@@ -364,30 +528,6 @@ def render_report_html(result: CompareResult) -> str:
         figures.append(("Classifier transfer retention", _figure_png(fig)))
         plt.close(fig)
 
-    def row(name: str, value: str) -> str:
-        return f"<tr><th>{html.escape(name)}</th><td>{html.escape(value)}</td></tr>"
-
-    rows = [
-        row("old model", result.old),
-        row("new model", result.new),
-        row("images", f"{result.n_images:,}"),
-        row(f"mutual {result.k}-NN overlap", f"{result.overlap:.3f} (95% CI {result.overlap_low:.3f}-{result.overlap_high:.3f})"),
-        row("chance k/(N-1)", f"{result.chance:.4f}"),
-    ]
-    for role, info in result.search.items():
-        if info.get("recall") is not None:
-            rows.append(row(f"{role} model's neighbours", f"approximate ({info['index']}), recall@{result.k} "
-                            f"{info['recall']:.3f} against exact search on {info['recall_sample']:,} queries"))
-    if result.overlap_error_bound > 0:
-        rows.append(row("overlap error bound (approximate index)", f"at most {result.overlap_error_bound:.3f}"))
-    if result.reference_overlap is not None:
-        rows.append(row(f"old vs {result.reference}", f"{result.reference_overlap:.3f} "
-                        f"(95% CI {result.reference_low:.3f}-{result.reference_high:.3f})"))
-    if result.map_r2 is not None:
-        rows.append(row("linear map new -> old, held-out R^2", f"{result.map_r2:.3f}"))
-    if result.passed is not None:
-        verdict = "PASS" if result.passed else "FAIL"
-        rows.append(row("gate", f"{verdict}: upper CI bound {result.overlap_high:.3f} vs --min-overlap {result.min_overlap:.3f}"))
     tables = ""
     if result.subgroups:
         tables += "<h2>Overlap by subgroup</h2>" + pd.DataFrame(result.subgroups).round(4).to_html(index=False)
@@ -401,8 +541,12 @@ def render_report_html(result: CompareResult) -> str:
     return _page(f"crs compare: {result.old} vs {result.new}", f"""<h1>Model replacement check</h1>
 <p>Do the two models return the same nearest neighbours for the same images? The mutual k-NN overlap is the share
 of each image's k nearest neighbours (cosine) that both models have in common, averaged over images.
-For reference, CRS-Bench reports {paper.value("public_pair_overlap"):.3f} of 10 neighbours between public models on chest
-radiographs and {paper.value("random_init_overlap"):.3f} for a random network (the paper's numbers, not this data's).</p>
-<table>{''.join(rows)}</table>
+For reference, CRS-Bench reports {paper.value("public_pair_overlap"):.3f} of 10 neighbours between public models on
+chest radiographs and {paper.value("random_init_overlap"):.3f} for a random network (the paper's numbers, not this
+data's).
+The permutation null gives the new model's neighbour lists to randomly chosen other images: what two models with these
+neighbourhood structures share by accident.</p>
+<table>{_compare_rows(result)}</table>
 {images}
-{tables}""")
+{tables}
+{_strip_section(result)}""")

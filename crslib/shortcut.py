@@ -42,11 +42,15 @@ from crslib.splits import check_pool_and_test, grouped_folds, pool_test_masks
 from crslib.stats import bootstrap_ci, group_permuter, permutation_p_value
 
 __all__ = [
+    "ALPHA",
     "DEFAULT_EXCLUDE",
+    "MIN_PERMUTATIONS",
     "MISSING_SENTINEL",
     "MULTI_VALUED",
     "PropertyMatrix",
     "ShortcutAuditResult",
+    "permutation_note",
+    "permutation_summary",
     "property_matrix",
     "shortcut_audit",
 ]
@@ -60,6 +64,80 @@ MULTI_VALUED = ("png_chunks", "png_text_keys")
 
 #: Value written where a property is missing (next to a ``<name>_missing`` indicator).
 MISSING_SENTINEL = -1.0
+
+#: Level below which a permutation p-value counts as evidence (one-sided).
+ALPHA = 0.05
+
+#: Fewest permutations that can give p < :data:`ALPHA`: the smallest possible
+#: p-value is 1 / (n_permutations + 1), and 1/20 is not below 0.05.
+MIN_PERMUTATIONS = 20
+
+
+# --------------------------------------------------------------------------- permutation verdicts
+
+
+def permutation_summary(observed: float, null: Any, *, confidence: float = 0.95) -> dict[str, Any]:
+    """A permutation test's p-value, its null distribution in brief, and the verdict.
+
+    Parameters
+    ----------
+    observed : float
+        The statistic on the data (higher means more evidence).
+    null : array-like of shape (n_permutations,)
+        The statistic under the permutations (NaN entries are left out).
+    confidence : float
+        Coverage of the null's central range (``null_low`` to ``null_high``).
+
+    Returns
+    -------
+    dict
+        ``p_value`` (:func:`crslib.stats.permutation_p_value`), ``null_mean``,
+        ``null_low``, ``null_high`` (NaN without permutations) and
+        ``evidence``: ``"yes"`` (p < :data:`ALPHA`), ``"no"`` (p >= ALPHA with
+        at least :data:`MIN_PERMUTATIONS` valid permutations), ``"too few
+        permutations"`` (p >= ALPHA when fewer could not have gone below it) or
+        ``"no permutation test"``.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> permutation_summary(0.9, np.linspace(0.4, 0.6, 29))["evidence"]
+    'yes'
+    >>> permutation_summary(0.9, np.linspace(0.4, 0.6, 10))["evidence"]
+    'too few permutations'
+    """
+    values = np.asarray(null, dtype=float).ravel()
+    valid = values[np.isfinite(values)]
+    p = permutation_p_value(float(observed), values)
+    out = {"p_value": p, "null_mean": float("nan"), "null_low": float("nan"), "null_high": float("nan")}
+    if valid.size:
+        tail = (1.0 - confidence) / 2.0
+        low, high = np.quantile(valid, [tail, 1.0 - tail])
+        out.update(null_mean=float(valid.mean()), null_low=float(low), null_high=float(high))
+    if not np.isfinite(p):
+        out["evidence"] = "no permutation test"
+    elif p < ALPHA:
+        out["evidence"] = "yes"
+    else:
+        out["evidence"] = "no" if valid.size >= MIN_PERMUTATIONS else "too few permutations"
+    return out
+
+
+def permutation_note(n_permutations: int) -> str:
+    """Why a permutation test of ``n_permutations`` cannot decide anything; ``""`` when it can (or none ran).
+
+    Examples
+    --------
+    >>> permutation_note(10)
+    'with 10 permutations the smallest possible p is 0.091: too few to decide; use at least 20'
+    >>> permutation_note(0), permutation_note(100)
+    ('', '')
+    """
+    n = int(n_permutations)
+    if n <= 0 or n >= MIN_PERMUTATIONS:
+        return ""
+    return (f"with {n} permutations the smallest possible p is {1.0 / (n + 1):.3f}: too few to decide; "
+            f"use at least {MIN_PERMUTATIONS}")
 
 
 # --------------------------------------------------------------------------- result
@@ -77,8 +155,11 @@ class ShortcutAuditResult:
         pool, predicting the test split): ``balanced_accuracy``, ``low``,
         ``high`` (patient-grouped bootstrap CI; too narrow for the pool's
         cross-validated number, see :func:`crslib.audit.partition_audit`), ``p_value``
-        (permutation test, NaN without one), ``chance`` (1 / number of
-        classes), ``n_images``, ``n_patients``.
+        (permutation test, NaN without one), ``null_mean``, ``null_low``,
+        ``null_high`` (mean and central ``confidence`` range of the
+        balanced accuracies under the permutations), ``evidence`` (the
+        test's verdict, see :func:`permutation_summary`), ``chance`` (1 /
+        number of classes), ``n_images``, ``n_patients``.
     importances : DataFrame
         ``feature``, ``importance_mean``, ``importance_std``: permutation
         importance of each file property for the pool's out-of-fold balanced
@@ -124,12 +205,14 @@ class ShortcutAuditResult:
         return self._value("test", "balanced_accuracy")
 
     def to_dict(self, *, top: int = 20) -> dict[str, Any]:
-        """JSON-ready summary (the ``top`` most important properties)."""
+        """JSON-ready summary (the ``top`` most important properties); ``permutation_note`` says why the
+        permutation tests decide nothing when they had too few permutations (:func:`permutation_note`)."""
         return json_ready(digits=4, obj={
             "model": self.model,
             "n_splits": self.n_splits,
             "n_repeats": self.n_repeats,
             "n_permutations": self.n_permutations,
+            "permutation_note": permutation_note(self.n_permutations),
             "confidence": self.confidence,
             "classes": [str(c) for c in self.classes],
             "table": self.table.to_dict(orient="records"),
@@ -448,7 +531,9 @@ def shortcut_audit(
         labels are shuffled between whole patients and the cross-validation
         rerun (``n_permutations * n_splits`` fits); on the test split the
         test labels are shuffled between patients against the fixed
-        predictions of the pool fit (no refit).
+        predictions of the pool fit (no refit). Below
+        :data:`MIN_PERMUTATIONS` no p-value can fall below :data:`ALPHA`,
+        and ``evidence`` says ``"too few permutations"``.
     model : {"logistic", "forest"} or estimator
         Classifier, as in :func:`crslib.audit.partition_audit` (default: regularised
         logistic regression with balanced class weights, whose intervals hold
@@ -522,8 +607,8 @@ def shortcut_audit(
             ci = bootstrap_ci(_balanced_accuracy, yy, pp, groups=gg, n_resamples=n_resamples,
                               confidence=confidence, random_state=random_state)
             rows.append({"scope": scope, "balanced_accuracy": float(ci.estimate), "low": float(ci.low),
-                         "high": float(ci.high), "p_value": float("nan"), "chance": 1.0 / n_classes,
-                         "n_images": len(yy), "n_patients": len(set(gg.tolist()))})
+                         "high": float(ci.high), **permutation_summary(float("nan"), []),
+                         "chance": 1.0 / n_classes, "n_images": len(yy), "n_patients": len(set(gg.tolist()))})
         null = np.full((n_permutations, 2), np.nan)
         if n_permutations:
             rng = np.random.default_rng(random_state)
@@ -535,7 +620,7 @@ def shortcut_audit(
                 null[b, 0] = _balanced_accuracy(y_b, np.argmax(proba_b, axis=1))
                 null[b, 1] = _balanced_accuracy(permute_test(yt, rng), test_pred)
             for j, row in enumerate(rows):
-                row["p_value"] = permutation_p_value(row["balanced_accuracy"], null[:, j])
+                row.update(permutation_summary(row["balanced_accuracy"], null[:, j], confidence=confidence))
         table = pd.DataFrame(rows)
         feature_groups = _feature_groups(properties_X, Xa.shape[1])
         importances = _permutation_importance(fitted, Xp, yp, folds_p, feature_groups, n_classes, n_repeats,

@@ -69,6 +69,7 @@ from IPython.display import HTML, Markdown, display
 import crslib
 from crslib import claims, plots
 from crslib.audit import PAPER_NUMBERS, run_audit
+from crslib.shortcut import permutation_note
 from crslib.data import file_properties, load_data
 from crslib.embed import embed_models
 from crslib.errors import DataError, InputError
@@ -126,6 +127,7 @@ if need is None:
         result = audit(manifest, properties)
     except (DataError, InputError) as exc:  # e.g. too few patients of one kind for the cross-validation folds
         need = str(exc)
+level = f"{100 * result.shortcut.confidence:g}%" if result is not None else "95%"  # the intervals' coverage
 if result is not None:
     (results / "audit.json").write_text(result.to_json())
     shared = int(result.provenance["n_patients_in_several_splits"])
@@ -176,6 +178,11 @@ else:
 # The bootstrap interval holds the out-of-fold scores fixed and so is too
 # narrow; the permutation p-value (the split shuffled between whole
 # patients and the cross-validation rerun) is the test of "no difference".
+# It needs at least 20 permutations to be able to fall below 0.05 (the
+# smallest possible p is 1 / (permutations + 1)), and it comes with the AUCs
+# of the shuffled splits: cross-validated AUCs of splits that do not differ
+# scatter around, and often below, 0.5, so an AUC at or below them is not
+# evidence of a difference, even when its interval lies below 0.5.
 
 # %% tags=["hide-input"]
 def partition_rows(res, name):
@@ -222,30 +229,50 @@ if run_partition:
                    label=f"paper: {PAPER_NUMBERS['partition_auc']:.3f} overall")
         ax.axvline(PAPER_NUMBERS["partition_auc_normal"], color="black", linestyle="-.", linewidth=0.8,
                    label=f"paper: {PAPER_NUMBERS['partition_auc_normal']:.3f} normal images")
-        ax.set(xlim=(min(0.3, partition["low"].min() - 0.02), 1.02), xlabel="partition AUC (95% CI)", title=name)
+        ax.set(xlim=(min(0.3, partition["low"].min() - 0.02), 1.02), xlabel=f"partition AUC ({level} CI)",
+               title=name)
         ax.invert_yaxis()
     axes[0][-1].legend(frameon=False, fontsize=7, loc="lower right")
     fig.tight_layout()
     plt.show()
 
 # %% tags=["hide-input"]
+NULL_LABELS = {"null_mean": "shuffled: mean", "null_low": "shuffled: low", "null_high": "shuffled: high",
+               "evidence": "permutation verdict"}
+PARTITION_WORDS = {"yes": "the test split differs from the pool", "no": "not evidence of a difference",
+                   "too few permutations": "too few permutations to decide"}
+
+
+def permutation_notes(parts) -> str:
+    """Why the permutation tests of these audit parts decide nothing, as sentences ('' when they can)."""
+    notes = sorted({permutation_note(part.n_permutations) for part in parts if part is not None} - {""})
+    return "".join(f" {note[:1].upper()}{note[1:]} (`n_permutations`)." for note in notes)
+
+
 if run_partition:
     display(plots.reader_table(
-        partition[["data", "source", "scope", "auc", "low", "high", "p_value", "n_pool", "n_test"]]))
+        partition[["data", "source", "scope", "auc", "low", "high", "p_value", "null_mean", "null_low", "null_high",
+                   "evidence", "n_pool", "n_test"]], labels=NULL_LABELS))
     overall = partition[partition["scope"] == "all"]
     display(Markdown(
         "Overall partition AUC: " + "; ".join(
-            f"{r.data}, {r.source} **{r.auc:.3f}** (95% CI {r.low:.3f}-{r.high:.3f}"
-            + (f", permutation p = {r.p_value:.3f})" if np.isfinite(r.p_value) else ", no permutation test)")
+            f"{r.data}, {r.source} **{r.auc:.3f}** ({level} CI {r.low:.3f}-{r.high:.3f}"
+            + (f", permutation p = {r.p_value:.3f} against shuffled splits of mean {r.null_mean:.3f}, {level} range "
+               f"{r.null_low:.3f}-{r.null_high:.3f}: {PARTITION_WORDS[r.evidence]})" if np.isfinite(r.p_value)
+               else ", no permutation test)")
             for r in overall.itertuples())
         + f"; the paper's: {PAPER_NUMBERS['partition_auc']:.3f} overall, "
         f"{PAPER_NUMBERS['partition_auc_normal']:.3f} among normal images. A permutation p below 0.05 says the "
-        "test split can be told from the pool (it measures something other than the pool); the interval alone is "
-        "too narrow to say so."
+        "test split can be told from the pool (it measures something other than the pool); an AUC at or below "
+        "the shuffled splits' AUCs is not evidence of a difference, even with an interval below 0.5. The interval "
+        "alone is too narrow to say either."
+        + permutation_notes([part for _, _, res in audits
+                             for part in (res.partition_embeddings, res.partition_properties)])
     ))
     if is_phantom and len(audits) == 2:
         with_effects, without = (overall[overall["data"] == name] for name in ("phantom with shift", "phantom without"))
-        no_difference = int((without["p_value"] >= 0.05).sum())
+        no_difference = int((without["evidence"] == "no").sum())
+        undecided = int((without["evidence"] == "too few permutations").sum())
         display(Markdown(
             f"With the knobs on, the partition AUC is {with_effects['auc'].min():.3f}-{with_effects['auc'].max():.3f} "
             "over the two sources. Two injected effects add up here: the later acquisition batch of the test split "
@@ -253,7 +280,8 @@ if run_partition:
             "that any image model sees. On Kermany the two are entangled in the same way, which is why the audit "
             "cannot say *which* difference it found, only that the test split is not a sample of the pool. "
             f"Without the knobs the AUC is {without['auc'].min():.3f}-{without['auc'].max():.3f}, and the "
-            f"permutation test finds no difference (p ≥ 0.05) for {no_difference} of {len(without)} sources."
+            f"permutation test gives no evidence of a difference for {no_difference} of {len(without)} sources"
+            + (f" and has too few permutations to decide for {undecided}." if undecided else ".")
         ))
 
 # %% [markdown]
@@ -288,7 +316,7 @@ if run_shortcut:
                zorder=3, label="paper (Kermany)")
     ax.axhline(0.5, color="grey", linestyle=":")
     ax.set_xticks([0, 1], ["training pool (CV)", "official test split"])
-    ax.set(ylim=(min(0.3, shortcut["low"].min() - 0.02), 1.02), ylabel="balanced accuracy (95% CI)")
+    ax.set(ylim=(min(0.3, shortcut["low"].min() - 0.02), 1.02), ylabel=f"balanced accuracy ({level} CI)")
     ax.legend(frameon=False, fontsize=7)
     top = result.shortcut.importances.sort_values("alone", ascending=False).head(10).iloc[::-1]
     axes[1].barh(top["feature"], top["alone"], color="#c44e52")
@@ -303,21 +331,27 @@ if run_shortcut:
 # %% tags=["hide-input"]
 if run_shortcut:
     display(plots.reader_table(
-        shortcut[["data", "scope", "balanced_accuracy", "low", "high", "p_value", "n_images"]]))
+        shortcut[["data", "scope", "balanced_accuracy", "low", "high", "p_value", "null_mean", "null_low",
+                  "null_high", "evidence", "n_images"]], labels=NULL_LABELS))
+    shortcut_words = {"yes": "above chance", "no": "no evidence above chance",
+                      "too few permutations": "too few permutations to decide", "no permutation test": "no test"}
     cells = shortcut.set_index(["data", "scope"])
     top3 = result.shortcut.importances.sort_values("alone", ascending=False).head(3)
     display(Markdown(
         "File properties → label, balanced accuracy: " + "; ".join(
             f"{name}: pool **{cells.loc[(name, 'pool'), 'balanced_accuracy']:.3f}** "
-            f"(95% CI {cells.loc[(name, 'pool'), 'low']:.3f}-{cells.loc[(name, 'pool'), 'high']:.3f}), test "
+            f"({level} CI {cells.loc[(name, 'pool'), 'low']:.3f}-{cells.loc[(name, 'pool'), 'high']:.3f}; "
+            f"permutation test: {shortcut_words[cells.loc[(name, 'pool'), 'evidence']]}), test "
             f"**{cells.loc[(name, 'test'), 'balanced_accuracy']:.3f}** "
-            f"({cells.loc[(name, 'test'), 'low']:.3f}-{cells.loc[(name, 'test'), 'high']:.3f})"
+            f"({cells.loc[(name, 'test'), 'low']:.3f}-{cells.loc[(name, 'test'), 'high']:.3f}; "
+            f"permutation test: {shortcut_words[cells.loc[(name, 'test'), 'evidence']]})"
             for _, name, _ in audits)
         + f"; the paper's on Kermany: pool {PAPER_NUMBERS['shortcut_pool']:.3f}, test "
         f"{PAPER_NUMBERS['shortcut_test']:.3f}. The properties that carry the label best alone: "
         + ", ".join(f"{code(r.feature)} ({r.alone:.3f})" for r in top3.itertuples())
         + ". A pool accuracy well above 0.5 means the files encode the label; if the test accuracy falls to chance, "
         "a model that learns the encoding looks excellent in cross-validation and fails on test."
+        + permutation_notes([res.shortcut for _, _, res in audits])
     ))
     if is_phantom and len(audits) == 2:
         display(Markdown(

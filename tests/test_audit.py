@@ -13,6 +13,7 @@ rather than the absence of one.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -112,6 +113,7 @@ def test_shortcut_found_in_pool_and_absent_on_test(shortcut_results, name):
     assert table.loc["pool", "p_value"] < 0.05
     assert _near_half(table.loc["test"], "balanced_accuracy"), table
     assert table.loc["test", "p_value"] >= 0.05
+    assert table["evidence"].tolist() == ["yes", "no"]
 
 
 @pytest.mark.parametrize("name", ["std_null", "kermany_null"])
@@ -120,6 +122,7 @@ def test_no_shortcut_is_invented(shortcut_results, name):
     assert _near_half(table.loc["pool"], "balanced_accuracy"), table
     assert _near_half(table.loc["test"], "balanced_accuracy"), table
     assert (table["p_value"] >= 0.05).all(), table
+    assert (table["evidence"] == "no").all(), table
 
 
 def test_shortcut_properties_predict_label_alone(shortcut_results):
@@ -140,6 +143,7 @@ def test_partition_finds_split_shift(partition_results):
     # file properties see the shift only through the site mix and content-dependent file sizes
     row = partition_results["std_shift"]["properties"].table.iloc[0]
     assert row["low"] > 0.5 and row["p_value"] < 0.05, row
+    assert row["evidence"] == "yes"
 
 
 def test_partition_null_interval_covers_half(partition_results):
@@ -147,6 +151,7 @@ def test_partition_null_interval_covers_half(partition_results):
         row = partition_results["std_null"][source].table.iloc[0]
         assert row["low"] <= 0.5 <= row["high"], (source, row)
         assert row["p_value"] >= 0.05, (source, row)
+        assert row["evidence"] == "no", (source, row)
 
 
 def test_partition_per_class_rows(partition_results, phantoms):
@@ -398,7 +403,8 @@ def test_run_audit_combines_the_audits(audit_result, phantoms):
     assert splits["test"]["images"] == int((m["split"] == "test").sum())
     assert splits["test"]["patients"] == m.loc[m["split"] == "test", "patient_id"].nunique()
     assert r.provenance["n_patients_in_several_splits"] == 0
-    assert r.notes == []
+    # 9 permutations cannot reach p < 0.05, and the result says so
+    assert r.notes == ["with 9 permutations the smallest possible p is 0.100: too few to decide; use at least 20"]
 
 
 def test_audit_to_dict_is_json_ready(audit_result):
@@ -476,6 +482,92 @@ def test_render_audit_html_is_self_contained(audit_result):
     assert "<script" not in page and "@import" not in page
     pool = audit_result.shortcut.table.set_index("scope").loc["pool", "balanced_accuracy"]
     assert f"{pool:.3f}" in page
+
+
+# --------------------------------------------------------------------------- verdicts and their wording
+
+
+def _section(page: str, heading: str) -> str:
+    """The text of the report's <h2> section that starts with ``heading``."""
+    start = page.index(f"<h2>{heading}")
+    end = page.find("<h2>", start + 1)
+    return page[start:] if end == -1 else page[start:end]
+
+
+def _audit_of(parts: dict, shortcut: S.ShortcutAuditResult, manifest: pd.DataFrame) -> A.AuditResult:
+    """An AuditResult assembled from separately computed audits (the report reads nothing else)."""
+    return A.AuditResult(n_images=len(manifest), label_column="label", pool=("train", "val"), test="test",
+                         provenance=A.split_provenance(manifest), partition_properties=parts["properties"],
+                         shortcut=shortcut, partition_embeddings=parts["embeddings"], embedding_name="pixels")
+
+
+def test_too_few_permutations_give_no_verdict(audit_result):
+    # 9 permutations: the smallest possible p is 1/10, so p < 0.05 is out of reach whatever the data
+    assert audit_result.shortcut.pool_balanced_accuracy >= 0.9
+    note = "with 9 permutations the smallest possible p is 0.100: too few to decide; use at least 20"
+    d = audit_result.to_dict()
+    for part in ("shortcut", "partition_properties", "partition_embeddings"):
+        assert d[part]["permutation_note"] == note, part
+        assert {row["evidence"] for row in d[part]["table"]} == {"too few permutations"}, part
+    page = render_audit_html(audit_result)
+    assert "indistinguishable from chance" not in page
+    assert "no evidence" not in page and "not evidence" not in page
+    for heading in ("Partition classifier on file properties", "Partition classifier on embeddings",
+                    "Shortcut classifier"):
+        assert "smallest possible p is 0.100: too few to decide" in _section(page, heading), heading
+
+
+def test_enough_permutations_decide_and_report_the_null(partition_results):
+    for name, verdict in (("std_null", "no"), ("std_shift", "yes")):
+        res = partition_results[name]["embeddings"]
+        row = res.table.iloc[0]
+        null = res.null[:, 0]
+        assert row["null_mean"] == pytest.approx(null.mean())
+        assert [row["null_low"], row["null_high"]] == pytest.approx(np.quantile(null, [0.025, 0.975]).tolist())
+        assert row["evidence"] == verdict
+        record = res.to_dict()["table"][0]
+        assert record["null_mean"] == round(row["null_mean"], 4) and record["null_high"] == round(row["null_high"], 4)
+        assert res.to_dict()["permutation_note"] == ""
+
+
+def test_report_reads_the_partition_auc_against_its_null(partition_results, shortcut_results, phantoms):
+    pages = {name: render_audit_html(_audit_of(partition_results[name], shortcut_results["std_null"],
+                                               phantoms[name]["manifest"]))
+             for name in ("std_null", "std_shift")}
+    null = _section(pages["std_null"], "Partition classifier on embeddings")
+    row = partition_results["std_null"]["embeddings"].table.iloc[0]
+    assert f"mean {row['null_mean']:.3f}" in null and f"{row['null_low']:.3f} to {row['null_high']:.3f}" in null
+    assert "not evidence of a difference" in null
+    assert "evidence that the test split differs" not in null
+    shift = _section(pages["std_shift"], "Partition classifier on embeddings")
+    assert "evidence that the test split differs" in shift
+    assert "not evidence" not in shift
+
+
+def test_report_without_permutations_reads_an_auc_below_half_as_no_evidence(partition_results, shortcut_results,
+                                                                            phantoms):
+    # the review's case: a null data set's cross-validated AUC of 0.330 (0.262-0.411), no permutation test
+    parts = dict(partition_results["std_null"])
+    table = parts["embeddings"].table.copy()
+    table.loc[0, ["auc", "low", "high", "p_value", "null_mean", "null_low", "null_high"]] = [
+        0.330, 0.262, 0.411, np.nan, np.nan, np.nan, np.nan]
+    table["evidence"] = "no permutation test"
+    parts["embeddings"] = dataclasses.replace(parts["embeddings"], table=table, n_permutations=0,
+                                              null=np.empty((0, len(table))))
+    page = render_audit_html(_audit_of(parts, shortcut_results["std_null"], phantoms["std_null"]["manifest"]))
+    text = _section(page, "Partition classifier on embeddings")
+    assert "0.330" in text and "not evidence of a difference" in text
+    assert "includes 0.5" not in text and "evidence that the test split differs" not in text
+
+
+def test_report_labels_intervals_with_the_audits_confidence(phantoms):
+    d = phantoms["std_null"]
+    r = A.run_audit(d["manifest"], d["props"], n_resamples=50, n_repeats=1, n_splits=3, n_permutations=0,
+                    confidence=0.9)
+    assert r.partition_properties.confidence == r.shortcut.confidence == 0.9
+    page = render_audit_html(r)
+    assert "90% CI" in page and "Every interval is a 90%\npercentile bootstrap" in page
+    assert "95%" not in page
 
 
 def test_render_audit_html_rejects_other_objects():

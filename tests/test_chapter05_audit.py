@@ -70,3 +70,18 @@ def test_chapter_split_and_images_equal_crs_audit(audits) -> None:
         assert chapter[key] == command[key], key
     scopes = {row["scope"] for row in chapter["partition_properties"]["table"]}
     assert scopes == {"all", "class=NORMAL", "class=PNEUMONIA"}
+
+
+def test_chapter_gives_no_verdict_with_too_few_permutations(audits) -> None:
+    """5 permutations cannot reach p < 0.05 (the smallest possible p is 1/6): the chapter and its report say so."""
+    chapter, _, results = audits
+    notebook = json.loads((results.parent / "05.ipynb").read_text(encoding="utf-8"))
+    shown = "\n".join("".join(output.get("data", {}).get("text/markdown", ""))
+                      for cell in notebook["cells"] for output in cell.get("outputs", []))
+    reason = "with 5 permutations the smallest possible p is 0.167: too few to decide; use at least 20"
+    assert reason in chapter["notes"]
+    assert chapter["partition_properties"]["permutation_note"] == reason
+    assert "too few permutations to decide" in shown and reason[1:] in shown
+    assert "finds no difference" not in shown and "no evidence above chance" not in shown
+    report = (results / "audit.html").read_text(encoding="utf-8")
+    assert reason in report and "indistinguishable from chance" not in report

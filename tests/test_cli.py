@@ -204,3 +204,29 @@ def test_risk_on_a_phantom_folder_selects_on_validation_and_reports(tmp_path: Pa
     assert list(stability.index) == ["label", "age"]
     bad = crs("risk", "--data", str(out), "--models", "timm:resnet10t?size=32", "--task", "nosuchcolumn")
     assert_one_line_error(bad, "nosuchcolumn")
+
+
+def test_compare_names_models_as_written_and_shows_the_changed_images(tmp_path: Path) -> None:
+    import html
+    import json
+
+    made = crs("phantom", str(tmp_path / "p"), "--patients", "30", "--image-size", "32", "--seed", "2")
+    assert made.returncode == 0, made.stderr
+    old, new = "timm:resnet18?size=32", "timm:resnet18?size=32&seed=1"
+    result = crs("compare", "--old", old, "--new", new, "--data", str(tmp_path / "p"), "--k", "5",
+                 "--min-overlap", "0.9", "--resamples", "100", "--permutations", "19", "--out", str(tmp_path / "c"))
+    # two differently seeded random networks share most neighbours at 32 px, but not 90%
+    assert result.returncode == 1, result.stderr
+    report = json.loads((tmp_path / "c" / "compare.json").read_text())
+    assert f"FAIL: lower 95% bound {report['overlap_low']:.3f} < minimum 0.900: fail" in result.stderr
+    assert (report["old"], report["new"], report["reference"]) == (old, new, "timm:resnet18?seed=0&size=32")
+    assert report["models"]["old"]["spec"] == old
+    assert report["models"]["old"]["resolved"] == "timm:resnet18?seed=0&size=32"
+    assert report["models"]["new"]["resolved"] == "timm:resnet18?seed=1&size=32"
+    assert report["models"]["new"]["weights_sha256"] is None and len(report["models"]["new"]["fingerprint"]) >= 16
+    assert report["decision"] == "lower" and report["null"]["n_permutations"] == 19
+    assert len(report["largest_changes"]) == min(100, report["n_images"])
+    page = (tmp_path / "c" / "report.html").read_text()
+    assert f"<title>crs compare: {html.escape(old)} vs {html.escape(new)}</title>" in page
+    section = page[page.index('<section id="changed-neighbours">'):]
+    assert section[:section.index("</section>")].count("<img") == 12 * (1 + 2 * 5)

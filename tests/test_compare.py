@@ -92,9 +92,11 @@ def test_cli_writes_the_json_and_exits_by_the_gate(tmp_path: Path, monkeypatch, 
     embeddings = {"old-model": X, "scaled": 2.0 * X, "unrelated": rng.normal(size=X.shape)}
     manifest = pd.DataFrame({"image_id": [f"i{i}" for i in range(120)], "patient_id": np.arange(120) // 2})
     monkeypatch.setattr(crslib.data, "load_data", lambda spec: manifest)
-    monkeypatch.setattr(crslib.models, "load_encoder", lambda spec: SimpleNamespace(name=spec))
+    # as load_encoder does, the encoder's name is the resolved spec, not the one the user wrote
+    monkeypatch.setattr(crslib.models, "load_encoder", lambda spec: SimpleNamespace(
+        name=f"resolved:{spec}?weights=/cache/x.safetensors", spec=spec, fingerprint=lambda: f"fp-{spec}"))
     monkeypatch.setattr(crslib.embed, "extract_embeddings",
-                        lambda m, encoder, **kw: SimpleNamespace(X=embeddings[encoder.name]))
+                        lambda m, encoder, **kw: SimpleNamespace(X=embeddings[encoder.spec]))
 
     def compare(new: str, *gate: str) -> tuple[int, dict, str]:
         out = tmp_path / new
@@ -105,13 +107,23 @@ def test_cli_writes_the_json_and_exits_by_the_gate(tmp_path: Path, monkeypatch, 
     status, report, err = compare("scaled", "--min-overlap", "0.9")
     assert status == 0 and err == ""
     assert (report["old"], report["new"], report["n_images"], report["k"]) == ("old-model", "scaled", 120, 10)
+    assert report["models"]["old"] == {"spec": "old-model", "weights_sha256": None, "fingerprint": "fp-old-model",
+                                       "resolved": "resolved:old-model?weights=/cache/x.safetensors"}
+    assert report["models"]["new"]["spec"] == "scaled"
+    page = (tmp_path / "scaled" / "report.html").read_text()
+    assert "<title>crs compare: old-model vs scaled</title>" in page
     assert report["overlap"] == pytest.approx(1.0) and report["min_overlap"] == 0.9 and report["passed"] is True
+    assert report["decision"] == "lower" and report["null"]["p_value"] == pytest.approx(1 / 200)
     assert report["reference"] is None and report["chance"] == pytest.approx(10 / 119)
 
     status, report, err = compare("unrelated", "--min-overlap", "0.5")
     assert status == 1
     assert report["overlap_high"] < 0.5 and report["min_overlap"] == 0.5 and report["passed"] is False
-    assert f"FAIL: the overlap's upper CI bound {report['overlap_high']:.3f} is below --min-overlap 0.500" in err
+    assert f"FAIL: lower 95% bound {report['overlap_low']:.3f} < minimum 0.500: fail" in err
+
+    status, report, err = compare("unrelated", "--min-overlap", "0.05", "--decision", "upper", "--permutations", "9")
+    assert status == 0 and report["decision"] == "upper" and report["null"]["n_permutations"] == 9
+    assert report["gate"] == f"upper 95% bound {report['overlap_high']:.3f} >= minimum 0.050: pass"
 
     status, report, err = compare("unrelated")  # no gate: no verdict, exit 0
     assert status == 0 and report["min_overlap"] is None and report["passed"] is None
@@ -152,3 +164,139 @@ def test_cli_exit_status_gates_an_upgrade(tmp_path: Path) -> None:
     assert other.returncode == 1, other.stderr
     assert "FAIL" in other.stderr
     assert json.loads((tmp_path / "other" / "compare.json").read_text())["passed"] is False
+
+
+# --------------------------------------------------------------------------- the decision rule and the null
+
+
+@pytest.mark.parametrize("decision", ["lower", "upper"])
+def test_a_model_against_itself_passes_under_both_rules_with_the_smallest_p(case, decision: str) -> None:
+    X, metadata, _, _ = case
+    result = compare_embeddings(X, X, metadata, min_overlap=0.9, decision=decision, n_resamples=100,
+                                n_permutations=49)
+    assert result.overlap == result.overlap_low == 1.0 and result.passed is True
+    assert result.decision == decision
+    assert result.gate == f"{decision} 95% bound 1.000 >= minimum 0.900: pass"
+    null = result.null
+    assert null["n_permutations"] == 49 and null["p_value"] == pytest.approx(1 / 50)
+    # relabelled neighbours share about what chance predicts
+    assert abs(null["mean"] - result.chance) < 0.01 and null["low"] <= null["mean"] <= null["high"] < 0.1
+
+
+def test_a_random_network_fails_under_the_lower_rule(case) -> None:
+    X, metadata, _, rng = case
+    result = compare_embeddings(X, rng.normal(size=X.shape), metadata, min_overlap=0.5, n_resamples=100,
+                                n_permutations=99)
+    assert result.decision == "lower" and result.passed is False
+    assert result.gate == f"lower 95% bound {result.overlap_low:.3f} < minimum 0.500: fail"
+    # independent embeddings are as close as relabelled ones: the null does not reject
+    assert result.null["p_value"] > 0.01
+    assert result.null["low"] <= result.overlap <= result.null["high"] + 0.02
+
+
+def wide_case() -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+    """8 patients of 20 tight images each; the new model keeps the within-patient neighbours of every
+    other patient and redraws the rest, so the patient bootstrap gives a wide interval."""
+    rng = np.random.default_rng(0)
+    n_patients, per = 8, 20
+    centres = np.repeat(5 * rng.normal(size=(n_patients, 16)), per, axis=0)
+    X_old = centres + rng.normal(size=centres.shape)
+    X_new = X_old.copy()
+    changed = np.repeat(np.arange(n_patients) % 2 == 1, per)
+    X_new[changed] = centres[changed] + rng.normal(size=(int(changed.sum()), 16))
+    return X_old, X_new, pd.DataFrame({"patient_id": np.repeat(np.arange(n_patients), per)})
+
+
+def test_a_wide_interval_straddling_the_minimum_passes_only_the_upper_rule() -> None:
+    X_old, X_new, metadata = wide_case()
+    lenient = compare_embeddings(X_old, X_new, metadata, k=5, min_overlap=0.6, decision="upper", n_resamples=500)
+    strict = compare_embeddings(X_old, X_new, metadata, k=5, min_overlap=0.6, n_resamples=500)
+    assert strict.overlap_low < 0.6 < strict.overlap_high  # the construction: the interval straddles 0.6
+    assert lenient.passed is True and strict.passed is False
+    assert strict.decision == "lower"
+    page = render_report_html(strict)
+    assert f"lower 95% bound {strict.overlap_low:.3f} &lt; minimum 0.600: fail" in page
+
+
+def test_the_decision_is_validated(case) -> None:
+    X, metadata, _, _ = case
+    with pytest.raises(InputError, match="decision.*'lower'.*'upper'.*'median'"):
+        compare_embeddings(X, X, metadata, decision="median")
+
+
+# --------------------------------------------------------------------------- the images that changed most
+
+
+def strip_section(page: str) -> str:
+    start = page.index('<section id="changed-neighbours">')
+    return page[start:page.index("</section>", start)]
+
+
+@pytest.fixture()
+def tiles_case(tmp_path: Path):
+    """Real image tiles (scikit-image's bundled images) with a manifest of absolute paths; one file is
+    named like markup. The new model agrees with the old one except on the first 40 images."""
+    from realdata import write_labelled
+
+    from crslib.data import read_manifest
+
+    manifest = read_manifest(write_labelled(tmp_path / "tiles") / "manifest.csv")
+    hostile = tmp_path / "<script>x</script>.png"
+    hostile.parent.mkdir(parents=True, exist_ok=True)
+    Path(manifest.loc[0, "path"]).rename(hostile)
+    manifest.loc[0, "path"] = str(hostile)
+    rng = np.random.default_rng(1)
+    X_old = rng.normal(size=(len(manifest), 16))
+    X_new = X_old.copy()
+    X_new[:40] = rng.normal(size=(40, 16))
+    return manifest, X_old, X_new
+
+
+def test_report_shows_thumbnail_strips_of_the_most_changed_images(tiles_case) -> None:
+    manifest, X_old, X_new = tiles_case
+    result = compare_embeddings(X_old, X_new, manifest, k=5, n_resamples=50, n_permutations=19)
+    page = render_report_html(result)
+    section = strip_section(page)
+    # 12 queries, each with itself, 5 old and 5 new neighbours
+    assert section.count("<img") == 12 * (1 + 2 * 5)
+    assert section.count('src="data:image/png;base64,') == 12 * 11
+    order = np.argsort(np.asarray(result.per_image), kind="stable")
+    shown = [manifest.loc[i, "image_id"] for i in order[:12]]
+    assert [s["image_id"] for s in result.strips] == shown
+    assert all(image_id in section for image_id in shown)
+    # the file named like markup is shown escaped and never as markup
+    assert "<script" not in page and "&lt;script&gt;x&lt;/script&gt;.png" in page
+    report = json.loads(result.to_json())
+    assert "strips" not in report
+    changes = report["largest_changes"]
+    assert len(changes) == 100
+    assert [c["image_id"] for c in changes] == [manifest.loc[i, "image_id"] for i in order[:100]]
+    assert [c["overlap"] for c in changes] == pytest.approx(np.sort(result.per_image)[:100])
+    assert changes[0]["path"] == manifest.loc[order[0], "path"]
+    assert set(changes[0]) >= {"image_id", "path", "overlap", "old_neighbours", "new_neighbours"}
+
+
+def test_report_says_why_there_are_no_thumbnails(tiles_case) -> None:
+    manifest, X_old, X_new = tiles_case
+    no_paths = compare_embeddings(X_old, X_new, manifest.drop(columns="path"), k=5, n_resamples=50,
+                                  n_permutations=9)
+    section = strip_section(render_report_html(no_paths))
+    assert "<img" not in section and "no thumbnails: the manifest has no path column" in section
+    gone = manifest.assign(path=[f"/nonexistent/{i}.png" for i in manifest["image_id"]])
+    section = strip_section(render_report_html(compare_embeddings(X_old, X_new, gone, k=5, n_resamples=50,
+                                                                  n_permutations=9)))
+    assert "<img" not in section and "no thumbnails: none of the 12 query images could be read" in section
+
+
+def test_report_and_json_name_models_as_the_user_wrote_them(case) -> None:
+    X, metadata, _, _ = case
+    models = {"old": {"spec": "public:efficientnet_lite0",
+                      "resolved": "timm:tf_efficientnet_lite0?weights=/cache/tf_efficientnet_lite0-43de.safetensors",
+                      "weights_sha256": "43dee5e6", "fingerprint": "abc"}}
+    result = compare_embeddings(X, X, metadata, old="public:efficientnet_lite0", new="zoo:simclr-seed1",
+                                models=models, n_resamples=50, n_permutations=9)
+    page = render_report_html(result)
+    assert "<title>crs compare: public:efficientnet_lite0 vs zoo:simclr-seed1</title>" in page
+    assert "timm:tf_efficientnet_lite0?weights=/cache/tf_efficientnet_lite0-43de.safetensors" in page
+    assert "43dee5e6" in page
+    assert json.loads(result.to_json())["models"] == models
