@@ -323,7 +323,9 @@ def partition_auc_above_chance(t: Tables) -> Outcome:
         raise NotEvaluated("no partition AUC over all images")
     r = every.iloc[0]
     return _against(float(r["auc"]), float(r["low"]), float(r["high"]), 0.5,
-                    above="the split is told apart above chance", below="below chance", below_verdict="not held")
+                    above="the split is told apart above chance",
+                    below="at or below chance, which is not evidence of a difference: cross-validated AUCs of "
+                          "splits that do not differ scatter around, and often below,", below_verdict="not held")
 
 
 def partition_auc_normal_higher(t: Tables) -> Outcome:
