@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 # Set before crslib, torch or a notebook kernel reads them; kernels inherit them.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["MPLBACKEND"] = "Agg"
-os.environ.setdefault("CRS_CACHE_DIR", tempfile.mkdtemp(prefix="crs-test-cache-"))
+if "CRS_CACHE_DIR" not in os.environ:
+    os.environ["CRS_CACHE_DIR"] = _SESSION_CACHE = tempfile.mkdtemp(prefix="crs-test-cache-")
+    _CREATOR = os.getpid()
 
-import shutil  # noqa: E402
+    def _remove_session_cache() -> None:
+        # only the process that made it; forked children (mutmut, xdist) share it and exit first
+        if os.getpid() == _CREATOR:
+            shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+    atexit.register(_remove_session_cache)
 
 import crslib  # noqa: E402,F401  (applies the torchvision import fix first)
 import pytest  # noqa: E402
