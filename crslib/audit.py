@@ -46,7 +46,15 @@ from crslib._compat import one_blas_thread
 from crslib._io import JsonResult, json_ready
 from crslib._validation import as_feature_matrix, as_row_values, check_count
 from crslib.errors import DataError, InputError
-from crslib.probes import class_codes, classifier_name, label_sort_key, make_classifier, out_of_fold_proba
+from crslib.duplicates import ImageFingerprints
+from crslib.leakage import LeakageResult, leakage_audit
+from crslib.probes import (
+    class_codes,
+    classifier_name,
+    label_sort_key,
+    make_classifier,
+    out_of_fold_proba,
+)
 from crslib.shortcut import (
     PropertyMatrix,
     ShortcutAuditResult,
@@ -63,6 +71,7 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "DEFAULT_PERMUTATIONS",
     "EMBEDDING_PERMUTATION_LIMIT",
+    "NO_FINGERPRINTS",
     "PAPER_NUMBERS",
     "AuditResult",
     "PartitionAuditResult",
@@ -83,6 +92,11 @@ DEFAULT_PERMUTATIONS = 100
 #: Largest embedding matrix (rows x dimensions) :func:`run_audit` runs a
 #: permutation test on by default (each needs ``n_splits`` refits).
 EMBEDDING_PERMUTATION_LIMIT = 1_000_000
+
+#: The note of an audit without a leakage section.
+NO_FINGERPRINTS = ("no image fingerprints were given, so duplicate images and shared patients across the splits "
+                   "were not audited: pass fingerprints=crslib.duplicates.image_fingerprints(manifest) "
+                   "(crs audit computes them unless --no-leakage)")
 
 
 # --------------------------------------------------------------------------- results
@@ -186,6 +200,10 @@ class AuditResult(JsonResult):
     file_properties : list of str
         The file-property columns given to :func:`run_audit` (before
         encoding), for the checklist evidence; not part of :meth:`to_dict`.
+    leakage : LeakageResult or None
+        Duplicate images and shared person numbers within and across the
+        splits (:func:`crslib.leakage.leakage_audit`); None when
+        :func:`run_audit` was given no image fingerprints (a note says so).
     """
 
     n_images: int
@@ -200,10 +218,13 @@ class AuditResult(JsonResult):
     property_columns: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     file_properties: list[str] = field(default_factory=list, repr=False)
+    leakage: LeakageResult | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready nested dict (floats rounded to 4 digits, NaN as None)."""
-        return json_ready(digits=4, obj={
+        """JSON-ready nested dict (floats rounded to 4 digits, NaN as None); ``leakage`` is
+        :meth:`crslib.leakage.LeakageResult.to_dict` (its counts per kind and scope, and its clusters),
+        or None."""
+        out = json_ready(digits=4, obj={
             "n_images": self.n_images,
             "label_column": self.label_column,
             "pool": list(self.pool),
@@ -214,20 +235,26 @@ class AuditResult(JsonResult):
                                      if self.partition_embeddings is not None else None),
             "embedding_name": self.embedding_name,
             "shortcut": self.shortcut.to_dict(),
+            "leakage": None,  # filled below, at its own precision (similarities need more than 4 digits)
             "property_columns": self.property_columns,
             "notes": self.notes,
             "paper": PAPER_NUMBERS,
         })
+        out["leakage"] = self.leakage.to_dict() if self.leakage is not None else None
+        return out
 
     def checklist_evidence(self, *, data: str, source: str = "crs audit") -> dict[str, Any]:
         """Evidence for the ``split`` and ``shortcut`` items of the reporting checklist.
 
         The partition AUC of the embeddings (of the file properties when the
         audit ran without embeddings) and the shortcut classifier's balanced
-        accuracies, each with its interval and the paper's number
-        (:data:`PAPER_NUMBERS`), in the fields :func:`crslib.checklist.build_checklist`
-        checks. Saved as ``evidence.json`` in a run's results, it is what
-        ``crs checklist`` reads.
+        accuracies, each with its interval, its ``confidence`` and the paper's
+        number (:data:`PAPER_NUMBERS`), in the fields
+        :func:`crslib.checklist.build_checklist` checks; and under ``leakage``
+        the duplicates and possible same patients across the pool and the
+        test split (``"not measured: ..."`` without a leakage section).
+        Saved as ``evidence.json`` in a run's results, it is what ``crs
+        checklist`` reads.
 
         Parameters
         ----------
@@ -260,6 +287,9 @@ class AuditResult(JsonResult):
                 "provenance": (f"official split of the data set ({data}): "
                                + ", ".join(f"{e['split']} {e['images']}" for e in counts) + " images"),
                 "patients_disjoint": self.provenance["n_patients_in_several_splits"] == 0,
+                "patients_disjoint_basis": _patients_basis(self.leakage),
+                "leakage": _leakage_evidence(self.leakage),
+                "confidence": float(part.confidence),
                 "partition_auc": _interval(part_all, "auc"),
                 "partition_auc_file_properties": _interval(part_props, "auc"),
                 "partition_auc_by_class": {r.scope: float(r.auc) for r in part.table.itertuples()},
@@ -272,6 +302,7 @@ class AuditResult(JsonResult):
             "shortcut": {
                 "pool_balanced_accuracy": _interval(shortcut.loc["pool"], "balanced_accuracy"),
                 "test_balanced_accuracy": _interval(shortcut.loc["test"], "balanced_accuracy"),
+                "confidence": float(self.shortcut.confidence),
                 "features": sorted(c for c in self.file_properties if c != "image_id"),
                 "top_features": self.shortcut.importances.sort_values("alone", ascending=False).head(5)[
                     "feature"].tolist(),
@@ -288,6 +319,37 @@ class AuditResult(JsonResult):
 def _interval(row: pd.Series, column: str) -> dict[str, float]:
     """A checklist interval ``{"estimate", "low", "high"}`` from a result table's row."""
     return {"estimate": float(row[column]), "low": float(row["low"]), "high": float(row["high"])}
+
+
+def _leakage_evidence(leakage: LeakageResult | None) -> dict[str, Any] | str:
+    """Counts across the pool and the test split per kind, for :func:`crslib.checklist.item_concern`."""
+    if leakage is None:
+        return "not measured: " + NO_FINGERPRINTS
+    table = leakage.counts_table().set_index("kind")
+
+    def count(kind: str, column: str) -> int | None:
+        value = table.loc[kind, column]
+        return None if pd.isna(value) else int(value)
+
+    evidence: dict[str, Any] = {}
+    for kind in ("exact", "embedding", "near"):
+        evidence[f"{kind}_duplicates_across"] = count(kind, "across")
+        evidence[f"{kind}_test_images"] = count(kind, "test_images")
+    evidence["near_informative"] = leakage.near_informative
+    evidence["possible_same_patients_across"] = count("patient", "across")
+    evidence["possible_same_patient_test_images"] = count("patient", "test_images")
+    evidence["n_test_images"] = int((leakage.splits == leakage.test).sum())
+    return evidence
+
+
+def _patients_basis(leakage: LeakageResult | None) -> str:
+    """What ``patients_disjoint`` was measured on, and whether the raw person numbers were compared too."""
+    text = "the manifest's patient_id (the Kermany loader scopes its person numbers by split)"
+    if leakage is None:
+        return text + "; raw person numbers not compared (no leakage audit)"
+    parsed = leakage.patients.id_sources.get("kermany_file_name", 0)
+    return (text + f"; the raw person numbers of {parsed} Kermany file name(s) were compared across splits "
+            "(leakage.possible_same_patients_across)")
 
 
 # --------------------------------------------------------------------------- partition audit
@@ -536,6 +598,7 @@ def run_audit(
     *,
     embeddings: Any = None,
     embedding_name: str | None = None,
+    fingerprints: ImageFingerprints | None = None,
     label_column: str = "label",
     pool: Sequence[str] | str = ("train", "val"),
     test: str = "test",
@@ -567,6 +630,12 @@ def run_audit(
         Embeddings of the same rows.
     embedding_name : str, optional
         Name of the model that made them (for the report).
+    fingerprints : ImageFingerprints, optional
+        :func:`crslib.duplicates.image_fingerprints` of the manifest: adds
+        the leakage audit (:func:`crslib.leakage.leakage_audit` of the
+        fingerprints and the ``embeddings``, with this ``pool`` and
+        ``test``) as ``result.leakage``. Without them ``leakage`` is None and
+        a note says so.
     label_column : str
         The label column.
     pool, test, n_splits, n_resamples, confidence, random_state
@@ -596,7 +665,8 @@ def run_audit(
         the pool; the label column is missing, has missing values, or a split
         holds a single class; ``properties`` are not aligned with the manifest.
     InputError
-        ``embeddings`` do not have one row per image or contain NaN; a bad option.
+        ``embeddings`` do not have one row per image or contain NaN;
+        ``fingerprints`` of another manifest; a bad option.
 
     Examples
     --------
@@ -618,6 +688,8 @@ def run_audit(
     _check_split_classes(split, labels, pool_t, test, label_column)
     groups = _patient_groups(manifest, notes)
     emb = _check_embeddings(embeddings, len(manifest))
+    # before the cross-validations: fingerprints of another manifest fail fast
+    leakage = None if fingerprints is None else leakage_audit(manifest, fingerprints, emb, pool=pool_t, test=test)
     if "readable" in properties.columns:
         unreadable = int((~properties["readable"].astype(bool)).sum())
         if unreadable:
@@ -627,6 +699,8 @@ def run_audit(
     if provenance["n_patients_in_several_splits"]:
         notes.append(f"{provenance['n_patients_in_several_splits']} patient(s) have images in more than one split")
     n_perm_props, n_perm_emb = _permutation_counts(n_permutations, emb, n_splits, notes)
+    if leakage is None:
+        notes.append(NO_FINGERPRINTS)
     common = dict(pool=pool_t, test=test, n_splits=n_splits, n_resamples=n_resamples, confidence=confidence,
                   random_state=random_state, model=model)
     label_values = labels.to_numpy(dtype=object)
@@ -643,7 +717,7 @@ def run_audit(
         partition_properties=part_props, shortcut=shortcut, partition_embeddings=part_emb,
         embedding_name=embedding_name if embeddings is not None else None,
         property_columns=list(X_props.features.columns), notes=notes,
-        file_properties=[str(c) for c in properties.columns],
+        file_properties=[str(c) for c in properties.columns], leakage=leakage,
     )
 
 

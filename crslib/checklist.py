@@ -38,7 +38,9 @@ An *interval* below is a mapping ``{"estimate": float, "low": float,
 item              required fields (besides ``effect``)
 ================  ============================================================
 split             ``provenance`` (str); ``patients_disjoint`` (bool, must be
-                  True); ``partition_auc`` (interval)
+                  True); ``partition_auc`` (interval). Optional:
+                  ``confidence``; ``leakage`` (counts of duplicates and
+                  person numbers across pool and test, or "not measured")
 training_policy   ``policies_compared`` (list of str containing "frozen" and
                   "finetuned"); ``reported_policy`` (str)
 threshold         ``rule`` (str); ``fitted_on`` (str, not the test split)
@@ -683,15 +685,23 @@ def item_concern(item_id: str, fields: Mapping[str, Any], effect: Any) -> str:
     """What an item's evidence shows to be a problem, by a rule fixed in advance; ``""`` when none.
 
     ``split``: the partition classifier's interval lies above AUC 0.5 (the test split differs from the
-    pool). ``shortcut``: the file-property classifier's pool interval lies above balanced accuracy 0.5.
+    pool); and, from its ``leakage`` counts (:meth:`crslib.audit.AuditResult.checklist_evidence`), exact
+    or embedding duplicates (near duplicates only where that measure is informative) that cross from the
+    training pool to the test split, or person numbers found in both (possibly the same patients).
+    ``shortcut``: the file-property classifier's pool interval lies above balanced accuracy 0.5.
     ``calibration``: validation-fitted calibration made the test ECE worse (a positive change).
+    Several concerns of one item are joined with "; ". Intervals are labelled with the recorded
+    ``confidence`` (just "interval" when none is recorded).
 
     Examples
     --------
-    >>> item_concern("shortcut", {"pool_balanced_accuracy": {"estimate": 0.99, "low": 0.98, "high": 1.0}}, None)
+    >>> item_concern("shortcut", {"pool_balanced_accuracy": {"estimate": 0.99, "low": 0.98, "high": 1.0},
+    ...                           "confidence": 0.95}, None)
     'file properties alone predict the label in the training pool (balanced accuracy 0.990, 95% interval 0.980-1.000)'
     >>> item_concern("split", {}, {"value": 0.52, "low": 0.45, "high": 0.6})
     ''
+    >>> item_concern("split", {"leakage": {"exact_duplicates_across": 2, "exact_test_images": 2}}, None)
+    'exact duplicate images cross the split (2 clusters, 2 test images)'
     """
     def interval(record: Any, key: str = "estimate") -> tuple[float, float, float] | None:
         if not isinstance(record, Mapping):
@@ -701,21 +711,53 @@ def item_concern(item_id: str, fields: Mapping[str, Any], effect: Any) -> str:
             return float(values[0]), float(values[1]), float(values[2])
         return None
 
+    level = _interval_label(fields.get("confidence"))
     if item_id == "split":
+        concerns = []
         found = interval(effect, "value")
         if found and found[1] > 0.5:
-            return (f"a classifier tells the test split from the training pool (AUC {found[0]:.3f}, 95% interval "
-                    f"{found[1]:.3f}-{found[2]:.3f})")
+            concerns.append(f"a classifier tells the test split from the training pool (AUC {found[0]:.3f}, {level} "
+                            f"{found[1]:.3f}-{found[2]:.3f})")
+        return "; ".join(concerns + _leakage_concerns(fields.get("leakage")))
     if item_id == "shortcut":
         found = interval(fields.get("pool_balanced_accuracy"))
         if found and found[1] > 0.5:
             return (f"file properties alone predict the label in the training pool (balanced accuracy "
-                    f"{found[0]:.3f}, 95% interval {found[1]:.3f}-{found[2]:.3f})")
+                    f"{found[0]:.3f}, {level} {found[1]:.3f}-{found[2]:.3f})")
     if item_id == "calibration" and isinstance(effect, Mapping):
         value = effect.get("value")
         if isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and value > 0:
             return f"calibration fitted on validation made the test ECE worse (by {value:.3f})"
     return ""
+
+
+def _interval_label(confidence: Any) -> str:
+    """'95% interval' for a recorded confidence of 0.95; 'interval' when none (or no valid one) is recorded."""
+    if isinstance(confidence, numbers.Real) and not isinstance(confidence, bool) and 0 < float(confidence) < 1:
+        return f"{100 * float(confidence):g}% interval"
+    return "interval"
+
+
+def _leakage_concerns(leakage: Any) -> list[str]:
+    """The split item's concerns from its ``leakage`` counts (none when the counts are absent or not measured)."""
+    if not isinstance(leakage, Mapping):
+        return []
+
+    def count(key: str) -> int:
+        value = leakage.get(key)
+        return int(value) if isinstance(value, numbers.Integral) and not isinstance(value, bool) else 0
+
+    kinds = [("exact", "exact duplicate images"), ("embedding", "embedding near duplicates")]
+    if leakage.get("near_informative") is True:
+        kinds.append(("near", "near duplicate images (pHash)"))
+    concerns = [f"{words} cross the split ({count(f'{kind}_duplicates_across')} clusters, "
+                f"{count(f'{kind}_test_images')} test images)" for kind, words in kinds
+                if count(f"{kind}_duplicates_across")]
+    if count("possible_same_patients_across"):
+        concerns.append(f"possibly the same patients in the training pool and the test split "
+                        f"({count('possible_same_patients_across')} person numbers in both, "
+                        f"{count('possible_same_patient_test_images')} test images)")
+    return concerns
 
 
 def crosswalk_frame() -> pd.DataFrame:

@@ -288,8 +288,9 @@ ITEMS: tuple[ChecklistItemSpec, ...] = (
         item_id="split",
         title="Split provenance and shift audit",
         what_to_report=(
-            "Say where each split comes from, at which level the splits are disjoint (patients), and how "
-            "well a partition classifier tells the test split from the training pool."
+            "Say where each split comes from, at which level the splits are disjoint (patients), whether the "
+            "same image or possibly the same patient is on both sides (exact and near duplicates, shared "
+            "person numbers), and how well a partition classifier tells the test split from the training pool."
         ),
         required=("provenance", "patients_disjoint", "partition_auc", "effect"),
         paper_effect=(

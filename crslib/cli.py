@@ -167,6 +167,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     from crslib._io import atomic_write_text
     from crslib.audit import run_audit
     from crslib.data import file_properties, load_data
+    from crslib.duplicates import image_fingerprints
     from crslib.embed import extract_embeddings
     from crslib.models import load_encoder
     from crslib.reports import render_audit_html
@@ -177,8 +178,10 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     if args.model.lower() != "none":
         encoder = load_encoder(args.model)
         X, name = extract_embeddings(manifest, encoder, progress=None).X, encoder.name
-    result = run_audit(manifest, properties, embeddings=X, embedding_name=name, label_column=args.label,
-                       n_resamples=args.resamples, random_state=args.seed, n_permutations=args.permutations)
+    fingerprints = image_fingerprints(manifest) if args.leakage else None
+    result = run_audit(manifest, properties, embeddings=X, embedding_name=name, fingerprints=fingerprints,
+                       label_column=args.label, n_resamples=args.resamples, random_state=args.seed,
+                       n_permutations=args.permutations)
     out = Path(args.out)
     atomic_write_text(out / "audit.json", result.to_json())
     atomic_write_text(out / "audit.html", render_audit_html(result))
@@ -189,10 +192,13 @@ def _cmd_audit(args: argparse.Namespace) -> int:
         if part is None:
             continue
         for row in part.table.itertuples():
-            print(f"partition AUC ({what}, {row.scope}): {row.auc:.3f} (95% CI {row.low:.3f}-{row.high:.3f})")
+            print(f"partition AUC ({what}, {row.scope}): {row.auc:.3f} "
+                  f"({100 * part.confidence:g}% CI {row.low:.3f}-{row.high:.3f})")
     for row in result.shortcut.table.itertuples():
         print(f"shortcut balanced accuracy ({row.scope}): {row.balanced_accuracy:.3f} "
-              f"(95% CI {row.low:.3f}-{row.high:.3f})")
+              f"({100 * result.shortcut.confidence:g}% CI {row.low:.3f}-{row.high:.3f})")
+    if result.leakage is not None:
+        print(f"leakage: {result.leakage.summary()}")
     for note in result.notes:
         print(f"note: {note}")
     print(f"report: {out / 'audit.html'}")
@@ -384,7 +390,8 @@ def _add_audit_command(sub: argparse._SubParsersAction) -> None:
         description="Split and shortcut audits of study 2 on any data: a partition classifier "
         "(training pool vs official test split) from file properties and from a model's embeddings, "
         "and a classifier from file properties alone to the label, in the pool (patient-grouped CV) "
-        "and on the test split. Writes audit.html (self-contained), audit.json and evidence.json (the split and "
+        "and on the test split; and duplicate images (exact, near, embedding) and possibly shared patients within "
+        "and across the splits. Writes audit.html (self-contained), audit.json and evidence.json (the split and "
         "shortcut items of the reporting checklist: run `crs checklist` on the folder that holds the audit folder).",
     )
     p.add_argument("--data", required=True, metavar="DATA",
@@ -396,6 +403,8 @@ def _add_audit_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of folds and bootstrap (default 0)")
     p.add_argument("--permutations", type=int, default=None, metavar="N",
                    help="label permutations per permutation test (default: run_audit's, 100)")
+    p.add_argument("--no-leakage", dest="leakage", action="store_false",
+                   help="skip the duplicate and shared-patient audit (it reads every image once more)")
     p.add_argument("--out", default="crs-audit", metavar="DIR", help="report folder (default crs-audit)")
     p.set_defaults(func=_cmd_audit)
 

@@ -24,13 +24,18 @@ Everything here is pure: the manifest, fingerprints and embeddings in, a
 :class:`LeakageResult` out. Read and fingerprint the images first with
 :func:`crslib.duplicates.image_fingerprints`; :meth:`LeakageResult.leaked_test_mask`
 gives the test rows to drop for a comparison with and without the leaked
-test images.
+test images. A near-duplicate measure that matches more than
+:data:`NOT_SPECIFIC_FRACTION` of the images within their own split does not
+tell this data set's images apart (rendered phantoms look alike at pHash
+resolution): :attr:`LeakageResult.near_informative` is then False and the
+near kind is reported, but not counted as leakage
+(:meth:`LeakageResult.counted_kinds`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +70,7 @@ __all__ = [
     "duplicate_clusters",
     "embedding_near_duplicates",
     "leakage_audit",
+    "leakage_effect",
     "patient_overlap",
 ]
 
@@ -452,8 +458,10 @@ def patient_overlap(
 
 # --------------------------------------------------------------------------- the audit
 
-#: Kinds whose leaked test images :meth:`LeakageResult.leaked_test_mask` drops by default.
+#: Kinds whose leaked test images :meth:`LeakageResult.leaked_test_mask` drops by default
+#: (those of them that ran, and ``"near"`` only where it is informative: :meth:`LeakageResult.counted_kinds`).
 DEFAULT_DROP_KINDS = ("exact", "near", "embedding")
+_NOT_INFORMATIVE = "no: not informative on this data"
 
 
 @dataclass
@@ -499,12 +507,30 @@ class LeakageResult(JsonResult):
         found = {"exact": self.exact, "near": self.near, "embedding": self.embedding}
         return {kind: f for kind, f in found.items() if f is not None}
 
-    def leaked_test_rows(self, kinds: Sequence[str] = DEFAULT_DROP_KINDS) -> np.ndarray:
+    @property
+    def near_informative(self) -> bool:
+        """Whether the near (pHash) kind tells this data set's images apart: at most
+        :data:`NOT_SPECIFIC_FRACTION` of the hashed images match another image of their own
+        split (False when the near kind did not run)."""
+        if self.near is None:
+            return False
+        share = self.near.calibration.get("fraction_with_match_in_split")
+        return share is None or share <= NOT_SPECIFIC_FRACTION
+
+    def counted_kinds(self) -> tuple[str, ...]:
+        """The duplicate kinds that ran and count as leakage: exact, embedding, and near where it is
+        informative (:attr:`near_informative`). Shared person numbers are possible, not proven, same
+        patients and are asked for by name (``kinds=(..., "patient")``)."""
+        return tuple(kind for kind in self.findings() if kind != "near" or self.near_informative)
+
+    def leaked_test_rows(self, kinds: Sequence[str] | None = None) -> np.ndarray:
         """Manifest rows of test images with a duplicate (of any of ``kinds``) in the training pool.
 
         ``kinds`` are names of :data:`KINDS`; ``"patient"`` adds test images whose
-        person id occurs in the pool. Kinds that did not run are ignored.
+        person id occurs in the pool. Kinds that did not run are ignored. Default:
+        :meth:`counted_kinds` (a near kind that is not informative is left out).
         """
+        kinds = self.counted_kinds() if kinds is None else kinds
         wanted = (kinds,) if isinstance(kinds, str) else tuple(kinds)
         unknown = [k for k in wanted if k not in KINDS]
         if unknown:
@@ -514,19 +540,75 @@ class LeakageResult(JsonResult):
             rows.append(self.patients.leaked_test_rows(self.splits))
         return np.unique(np.concatenate(rows)).astype(np.int64) if rows else np.empty(0, dtype=np.int64)
 
-    def leaked_test_mask(self, kinds: Sequence[str] = DEFAULT_DROP_KINDS) -> np.ndarray:
+    def leaked_test_mask(self, kinds: Sequence[str] | None = None) -> np.ndarray:
         """Boolean mask over the manifest's rows: the test rows to drop to compare with and without
         leaked test images (``metric(y[~mask])`` vs ``metric(y)``). See :meth:`leaked_test_rows`."""
         mask = np.zeros(self.n_images, dtype=bool)
         mask[self.leaked_test_rows(kinds)] = True
         return mask
 
-    def leaked_test_ids(self, kinds: Sequence[str] = DEFAULT_DROP_KINDS) -> list[str]:
+    def leaked_test_ids(self, kinds: Sequence[str] | None = None) -> list[str]:
         """The ``image_id`` of each row of :meth:`leaked_test_rows`."""
         return [str(self.image_ids[r]) for r in self.leaked_test_rows(kinds)]
 
+    def counts_table(self) -> pd.DataFrame:
+        """One row per kind of :data:`KINDS`: ``kind``, ``counted`` (``"yes"``, why not, or ``"not run"``),
+        ``unit`` (clusters, or person numbers for the patients), one column per scope of :data:`SCOPES`
+        and ``test_images`` (test images in an ``across`` cluster or with a person number of the pool).
+        Counts are ints, None for a kind that did not run."""
+        rows = []
+        for kind in ("exact", "near", "embedding"):
+            found = getattr(self, kind)
+            row: dict[str, Any] = {"kind": kind, "unit": "clusters"}
+            if found is None:
+                rows.append({**row, "counted": "not run", **{s: None for s in SCOPES}, "test_images": None})
+                continue
+            counts = found.counts()
+            counted = "yes" if kind in self.counted_kinds() else _NOT_INFORMATIVE
+            rows.append({**row, "counted": counted, **counts["clusters"],
+                         "test_images": counts["n_test_images_leaked"]})
+        shared = self.patients.table["scope"]
+        rows.append({"kind": "patient", "unit": "person numbers",
+                     "counted": "no: a possible, not a proven, same patient",
+                     **{s: int((shared == s).sum()) for s in SCOPES},
+                     "test_images": int(self.patients.leaked_test_rows(self.splits).size)})
+        return pd.DataFrame(rows, columns=["kind", "counted", "unit", *SCOPES, "test_images"], dtype=object)
+
+    def across_clusters(self) -> list[dict[str, Any]]:
+        """The clusters across the pool and the test split of the :meth:`counted_kinds` (the leaks), as
+        :meth:`DuplicateFinding.clusters` gives them, with ``kinds``: a cluster of the same images that several
+        kinds found is listed once."""
+        merged: dict[tuple[str, ...], dict[str, Any]] = {}
+        for kind in self.counted_kinds():
+            for cluster in getattr(self, kind).clusters():
+                if cluster["scope"] == "across":
+                    key = tuple(sorted(map(str, cluster["image_ids"])))
+                    merged.setdefault(key, {**cluster, "kinds": []})["kinds"].append(kind)
+        return list(merged.values())
+
+    def summary(self) -> str:
+        """One line: per kind, the clusters across the pool and the test split and their test images."""
+        parts = []
+        names = {"exact": "exact duplicates", "near": "near duplicates (pHash)",
+                 "embedding": "embedding near duplicates"}
+        for row in self.counts_table().itertuples(index=False):
+            if row.kind == "patient":
+                parts.append(f"possible same patients across pool and test: {row.across} person numbers "
+                             f"({row.test_images} test images)")
+            elif row.counted == "not run":
+                parts.append(f"{names[row.kind]}: not run")
+            elif row.counted == _NOT_INFORMATIVE:
+                share = self.near.calibration["fraction_with_match_in_split"]
+                parts.append(f"{names[row.kind]}: not informative on this data ({share:.0%} of images match one "
+                             "in their own split)")
+            else:
+                parts.append(f"{names[row.kind]} across pool and test: {int(row.across)} clusters "
+                             f"({int(row.test_images)} test images)")
+        return "; ".join(parts)
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready nested dict: a summary per kind, each finding, the patient overlap, caveats."""
+        """JSON-ready nested dict: a summary per kind, the :meth:`counts_table` (``counts``), which kinds
+        count as leakage, each finding, the patient overlap, caveats."""
         summary = {}
         for kind in ("exact", "near", "embedding"):
             f = getattr(self, kind)
@@ -540,7 +622,10 @@ class LeakageResult(JsonResult):
             "n_images": self.n_images, "pool": list(self.pool), "test": self.test,
             "n_test_images": int((self.splits == self.test).sum()),
             "n_leaked_test_images": int(self.leaked_test_rows().size),
+            "near_informative": self.near_informative,
+            "counted_kinds": list(self.counted_kinds()),
             "summary": summary,
+            "counts": self.counts_table().to_dict(orient="records"),
             **{kind: (f.to_dict() if f is not None else None)
                for kind, f in (("exact", self.exact), ("near", self.near), ("embedding", self.embedding))},
             "patients": self.patients.to_dict(),
@@ -687,3 +772,116 @@ def leakage_audit(
                          patients=patient_overlap(table, pool=pool_t, test=test_s), exact=exact, near=near,
                          embedding=embedding, image_ids=rows.image_ids, splits=rows.splits, skipped=skipped,
                          unstable_ids=unstable, notes=notes)
+
+
+# --------------------------------------------------------------------------- effect on a test number
+
+
+def leakage_effect(
+    X: Any,
+    labels: Any,
+    split: Any,
+    *,
+    groups: Any,
+    drop: Mapping[str, Any],
+    pool: Sequence[str] | str = ("train", "val"),
+    test: str = "test",
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    random_state: int = 0,
+) -> pd.DataFrame:
+    """Test AUROC of a linear probe with and without the leaked test images.
+
+    A standardised L2 logistic regression (:func:`crslib.probes.logistic_probe`,
+    C = 1) is fitted on the embeddings and labels of the training pool and
+    scores the test split. Its AUROC on every test image is compared with its
+    AUROC without the test images each mask of ``drop`` marks (e.g.
+    :meth:`LeakageResult.leaked_test_mask`). Intervals are percentile
+    bootstraps over the test split's patients (``groups``); the change is
+    paired: both AUROCs on the same resampled patients.
+
+    Parameters
+    ----------
+    X : array-like of shape (n, d)
+        Embeddings.
+    labels : array-like of shape (n,)
+        Two classes (the second in sorted order is positive).
+    split : array-like of shape (n,)
+    groups : array-like of shape (n,)
+        Patient id per row.
+    drop : mapping of str to array-like of bool, shape (n,)
+        Named masks of test rows to leave out.
+    pool, test :
+        The training pool and the test split.
+    n_resamples, confidence, random_state :
+        Of the bootstrap (:func:`crslib.stats.bootstrap_ci`).
+
+    Returns
+    -------
+    DataFrame
+        One row for all test images, then one per mask: ``test_images``
+        (``"all"`` or the mask's name), ``n_images``, ``n_dropped``,
+        ``n_patients``, ``auroc``, ``low``, ``high``, ``change`` (AUROC
+        without minus with them), ``change_low``, ``change_high``,
+        ``reason`` (why the AUROC is NaN, else ``""``).
+
+    Raises
+    ------
+    InputError
+        Not two classes in the pool; a mask of another length or marking
+        rows outside the test split; misaligned inputs.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> y = np.tile([0, 1], 100); X = rng.normal(size=(200, 3)) + y[:, None]
+    >>> split = np.where(np.arange(200) < 150, "train", "test")
+    >>> table = leakage_effect(X, y, split, groups=np.arange(200), drop={"first ten": np.arange(200) >= 190},
+    ...                        n_resamples=50)
+    >>> table[["test_images", "n_images", "n_dropped"]].values.tolist()
+    [['all', 50, 0], ['first ten', 40, 10]]
+    """
+    from crslib._validation import as_embeddings, as_row_values
+    from crslib.probes import class_codes, logistic_probe
+    from crslib.splits import pool_test_masks
+    from crslib.stats import auroc, bootstrap_ci
+
+    Xf = as_embeddings(X, "X")
+    n = Xf.shape[0]
+    split_arr = as_row_values(split, n, "split", "the split name of each row")
+    group_arr = as_row_values(groups, n, "groups", "patient ids (groups=manifest['patient_id'])")
+    classes, y = class_codes(as_row_values(labels, n, "labels", "the class of each row"))
+    pool_t, test_s = check_pool_and_test(pool, test)
+    in_pool, in_test = pool_test_masks(split_arr, pool_t, test_s)
+    if len(classes) != 2 or len(set(y[in_pool].tolist())) != 2:
+        raise InputError(f"labels must hold two classes, both in the pool; got {len(classes)} class(es): {classes[:5]}")
+    masks = {}
+    for name, mask in drop.items():
+        values = np.asarray(mask, dtype=bool)
+        if values.shape != (n,):
+            raise InputError(f"drop mask {name!r} has {values.size} values; pass one flag per row ({n})")
+        if (values & ~in_test).any():
+            raise InputError(f"drop mask {name!r} marks {int((values & ~in_test).sum())} row(s) outside the test "
+                             f"split; it may mark only rows of the {test_s!r} split")
+        masks[str(name)] = values[in_test]
+    score = logistic_probe(1.0, 2000, random_state).fit(Xf[in_pool], y[in_pool]).decision_function(Xf[in_test])
+    y_test, g_test = y[in_test], np.array([str(v) for v in group_arr[in_test]], dtype=object)
+    keeps = [np.ones(y_test.size, dtype=bool)] + [~m for m in masks.values()]
+
+    def statistic(yy: np.ndarray, ss: np.ndarray, *kept: np.ndarray) -> np.ndarray:
+        values = [auroc(yy[k], ss[k]) for k in kept]
+        return np.array(values + [v - values[0] for v in values[1:]])
+
+    ci = bootstrap_ci(statistic, y_test, score, *keeps, groups=g_test, n_resamples=n_resamples,
+                      confidence=confidence, random_state=random_state)
+    rows = []
+    for j, (name, keep) in enumerate(zip(["all", *masks], keeps)):
+        change = (np.nan,) * 3 if j == 0 else (ci.estimate[len(keeps) + j - 1], ci.low[len(keeps) + j - 1],
+                                               ci.high[len(keeps) + j - 1])
+        reason = ("no test image left" if not keep.any() else
+                  "one class left" if len(set(y_test[keep].tolist())) < 2 else "")
+        rows.append({"test_images": name, "n_images": int(keep.sum()), "n_dropped": int((~keep).sum()),
+                     "n_patients": len(set(g_test[keep].tolist())), "auroc": ci.estimate[j], "low": ci.low[j],
+                     "high": ci.high[j], "change": change[0], "change_low": change[1], "change_high": change[2],
+                     "reason": reason})
+    return pd.DataFrame(rows)

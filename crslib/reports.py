@@ -5,7 +5,8 @@ One home for every report: one stylesheet (:data:`CSS`), one page wrapper
 
 - :func:`render_audit_html` for :class:`crslib.audit.AuditResult` (split
   facts, partition and shortcut tables, a plain-language reading of each
-  number next to the paper's numbers);
+  number next to the paper's numbers, duplicates and possible same patients
+  across the split with thumbnails of the duplicate clusters);
 - :func:`render_risk_html` for :class:`crslib.risk_results.RiskResult` objects, one
   section per task;
 - :func:`render_report_html` for :class:`crslib.compare.CompareResult`
@@ -29,13 +30,14 @@ import numpy as np
 import pandas as pd
 
 from crslib import paper
-from crslib.audit import PAPER_NUMBERS, AuditResult, PartitionAuditResult
+from crslib.audit import NO_FINGERPRINTS, PAPER_NUMBERS, AuditResult, PartitionAuditResult
 from crslib.errors import InputError
 from crslib.risk_results import RiskResult
 from crslib.shortcut import ALPHA, MIN_PERMUTATIONS, ShortcutAuditResult, permutation_note
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from crslib.compare import CompareResult
+    from crslib.leakage import LeakageResult
 
 __all__ = ["CSS", "render_audit_html", "render_risk_html", "render_report_html"]
 
@@ -226,6 +228,78 @@ def _read_shortcut(result: ShortcutAuditResult, test: str) -> str:
     return text
 
 
+#: Clusters across the split, and images per cluster, that the audit report shows.
+MAX_CLUSTERS_SHOWN = 12
+MAX_CLUSTER_IMAGES_SHOWN = 8
+_KIND_WORDS = {"exact": "exact", "near": "near (pHash)", "embedding": "embedding"}
+
+
+def _cluster_row(cluster: Mapping[str, Any], cache: dict[str, str | None]) -> str:
+    members = list(zip(cluster["image_ids"], cluster["paths"], cluster["splits"]))
+    shown = members[:MAX_CLUSTER_IMAGES_SHOWN]
+    more = f" (+{len(members) - len(shown)} more)" if len(members) > len(shown) else ""
+    thumbs = "".join(_thumbnail_tag({"image_id": i, "path": p}, cache) for i, p, _ in shown)
+    names = "<br/>".join(f"{html.escape(str(s))}: {html.escape(str(p if p is not None else i))}" for i, p, s in shown)
+    kinds = ", ".join(_KIND_WORDS[k] for k in cluster["kinds"])
+    return (f'<tr class="cluster"><td>{html.escape(kinds)}</td><td class="num">{len(members)}</td>'
+            f'<td style="white-space:nowrap">{thumbs}{html.escape(more)}</td>'
+            f'<td><small style="word-break:break-all">{names}</small></td></tr>')
+
+
+def _patients_text(leakage: LeakageResult) -> str:
+    table = leakage.patients.table
+    across = table[table["scope"] == "across"]
+    if not len(across):
+        return "<p>No person number occurs in both the training pool and the test split.</p>"
+    n_test = int(leakage.patients.leaked_test_rows(leakage.splits).size)
+    shown = across.head(10)[["raw_id", "splits", "n_pool_images", "n_test_images"]]
+    more = f"<p>and {len(across) - len(shown)} more (audit.json lists them all).</p>" if len(across) > 10 else ""
+    return (f"<p><b>{len(across)} person number(s) occur in both the training pool and the test split</b> "
+            f"({n_test} test images). They are <i>possibly</i> the same patients: whether an archive numbers the "
+            "persons of its test split anew is not known from the files (Kermany's loader assumes it does), so a "
+            "shared number is possible, not certain, leakage; check the archive's documentation.</p>"
+            + _html_table(shown) + more)
+
+
+def _leakage_section(leakage: LeakageResult | None) -> str:
+    """Duplicates and possible same patients across the split: counts per kind and scope, the clusters across the
+    pool and the test split with thumbnails, the shared person numbers."""
+    head = "<h2>Duplicates and shared patients across the split</h2>"
+    if leakage is None:
+        return head + ('<p class="note">Duplicates and shared patients: not measured; '
+                       f"{html.escape(NO_FINGERPRINTS)}.</p>")
+    counts = leakage.counts_table()
+    for column in ("across", "within", "between_pool", "other", "test_images"):
+        counts[column] = [("n/a" if pd.isna(v) else int(v)) for v in counts[column]]
+    counts = counts.rename(columns={"counted": "counted as leakage", "between_pool": "between pool splits",
+                                    "test_images": "test images in them"})
+    reading = ("Every image was compared with every other: exact duplicates (the same decoded pixels), near "
+               "duplicates (a crop-tolerant perceptual hash), embedding near duplicates (cosine similarity above a "
+               "threshold calibrated on this data) and person numbers of the file names found in more than one split. "
+               "A test image with a copy in the training pool makes the test score partly a measure of memory. "
+               f"In this data: {html.escape(leakage.summary())}. ")
+    if leakage.near is not None and not leakage.near_informative:
+        reading += ("The near-duplicate (pHash) counts are not informative on this data: the hash matches most images "
+                    "with others of their own split, so its counts are an upper bound and are not counted as leakage. ")
+    notes = "".join(f'<p class="note">{html.escape(n)}</p>' for n in leakage.notes)
+    clusters = leakage.across_clusters()
+    if clusters:
+        cache: dict[str, str | None] = {}
+        rows = "".join(_cluster_row(c, cache) for c in clusters[:MAX_CLUSTERS_SHOWN])
+        rest = len(clusters) - MAX_CLUSTERS_SHOWN
+        more = f"<p>and {rest} more clusters across the split (audit.json lists them all).</p>" if rest > 0 else ""
+        shown = ("<h3>Duplicate clusters across the training pool and the test split</h3><table><thead><tr><th>kind"
+                 "</th><th>images</th><th>thumbnails</th><th>split: file</th></tr></thead>"
+                 f"<tbody>{rows}</tbody></table>{more}")
+    else:
+        shown = ("<p>No exact or embedding duplicate crosses from the training pool to the test split"
+                 + (" (nor a near duplicate)." if leakage.near_informative else ".") + "</p>")
+    return (head + f'<p class="reading">{reading}</p>{notes}<h3>Counts per kind and scope</h3>'
+            + "<p>Clusters of duplicates (person numbers for the patients) per scope: across the pool and the test "
+              "split, within one split, between two pool splits (train and val), other.</p>"
+            + _html_table(counts) + shown + "<h3>Possible same patients</h3>" + _patients_text(leakage))
+
+
 def render_audit_html(result: AuditResult) -> str:
     """A self-contained HTML report of an audit (inline CSS, no external assets).
 
@@ -238,9 +312,11 @@ def render_audit_html(result: AuditResult) -> str:
     -------
     str
         A complete HTML document: split facts, the partition and shortcut
-        tables, the most important file properties, and a plain-language
+        tables, the most important file properties, a plain-language
         reading of each number next to the paper's numbers (quoted as the
-        paper's).
+        paper's), and the duplicates and possible same patients across the
+        split (counts per kind and scope, up to :data:`MAX_CLUSTERS_SHOWN`
+        clusters with thumbnails; or why they were not measured).
 
     Examples
     --------
@@ -288,6 +364,7 @@ def render_audit_html(result: AuditResult) -> str:
         + "<h3>Most important file properties (pool, out of fold)</h3>"
         + _html_table(result.shortcut.importances.head(15))
     )
+    sections.append(_leakage_section(result.leakage))
     return _page("crs audit: split and file-property audit", f"""<h1>Split and file-property audit</h1>
 <p>{result.n_images:,} images; label column <code>{html.escape(result.label_column)}</code>; training pool
 {html.escape(' + '.join(result.pool))}, official test split {html.escape(result.test)}. {coverage}

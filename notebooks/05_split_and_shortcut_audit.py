@@ -31,7 +31,12 @@
 # pool encode the label, those of the test split do not, so a model that
 # learns the encoding looks excellent in cross-validation and fails on test.
 #
-# By default both audits run on the Kermany-like phantom, whose knobs put
+# **Leakage.** Is the same image, or possibly the same patient, on both
+# sides of the split? Exact copies, near copies and shared person numbers
+# let a model be scored on images it has seen. The last section looks for
+# them and shows what they do to a test number.
+#
+# By default the audits run on the Kermany-like phantom, whose knobs put
 # these effects in on purpose: `shortcut` couples the file encoding to the
 # label in the training pool only, `shift` draws the official test split from
 # a later acquisition batch. A second phantom with both knobs at 0 shows that
@@ -71,8 +76,10 @@ from crslib import claims, plots
 from crslib.audit import PAPER_NUMBERS, run_audit
 from crslib.shortcut import permutation_note
 from crslib.data import file_properties, load_data
+from crslib.duplicates import image_fingerprints
 from crslib.embed import embed_models
 from crslib.errors import DataError, InputError
+from crslib.leakage import leakage_audit, leakage_effect
 from crslib.models.lineup import resolve_models
 from crslib.needs import unmet_need
 from crslib.runner import SkipLog
@@ -107,10 +114,20 @@ def audit_need(manifest: pd.DataFrame) -> str | None:
             else f"in the test split, {test_need}" if test_need else None)
 
 
-def audit(manifest: pd.DataFrame, properties: pd.DataFrame):
-    X = embed_models(manifest, {model: model_spec})[model]
-    return run_audit(manifest, properties, embeddings=X, embedding_name=model, n_resamples=int(n_resamples),
-                     random_state=seed, n_permutations=None if n_permutations is None else int(n_permutations))
+def leakage_need(manifest: pd.DataFrame) -> str | None:
+    """What the duplicate and shared-patient audit needs: image files and a train/test split."""
+    observed = manifest.drop(columns=manifest.attrs.get("filled_columns") or [])
+    return unmet_need(observed, columns=["path"]) or unmet_need(observed, splits=["train", "test"])
+
+
+def embed(manifest: pd.DataFrame) -> np.ndarray:
+    return embed_models(manifest, {model: model_spec})[model]
+
+
+def audit(manifest: pd.DataFrame, properties: pd.DataFrame, X: np.ndarray, fingerprints=None):
+    return run_audit(manifest, properties, embeddings=X, embedding_name=model, fingerprints=fingerprints,
+                     n_resamples=int(n_resamples), random_state=seed,
+                     n_permutations=None if n_permutations is None else int(n_permutations))
 
 
 def label_names(values: pd.Series) -> pd.Series:
@@ -120,11 +137,14 @@ def label_names(values: pd.Series) -> pd.Series:
 
 manifest = load_data(data)
 properties = file_properties(manifest)
-need = audit_need(manifest)
-result = None
+need, leak_need = audit_need(manifest), leakage_need(manifest)
+# pixel digests and perceptual hashes of every image, for the duplicate audit of the last section
+fingerprints = image_fingerprints(manifest) if leak_need is None else None
+result = X = None
 if need is None:
     try:
-        result = audit(manifest, properties)
+        X = embed(manifest)
+        result = audit(manifest, properties, X, fingerprints)
     except (DataError, InputError) as exc:  # e.g. too few patients of one kind for the cross-validation folds
         need = str(exc)
 level = f"{100 * result.shortcut.confidence:g}%" if result is not None else "95%"  # the intervals' coverage
@@ -206,7 +226,7 @@ if result is not None:
         properties_null = file_properties(manifest_null)
         null_need = audit_need(manifest_null)
         if skips.check("the audit of the phantom without shortcut and shift", null_need):
-            result_null = audit(manifest_null, properties_null)
+            result_null = audit(manifest_null, properties_null, embed(manifest_null))
             (results / "audit_null.json").write_text(result_null.to_json())
             audits.append(("phantom without", "phantom without", result_null))
 run_partition = skips.check("the partition classifier (training pool vs official test split)", need)
@@ -362,8 +382,157 @@ if run_shortcut:
         ))
 
 # %% [markdown]
+# ## Is the same image or patient on both sides of the split?
+#
+# A test image whose copy is in the training pool, or another image of the
+# same patient, lets a model be scored on what it has seen. Every image is
+# compared with every other in four ways: **exact** duplicates (the same
+# decoded pixels, whatever the file format), **near** duplicates (a
+# perceptual hash that survives re-encoding, resizing and a few per cent of
+# cropping), **embedding** near duplicates (the encoder's embeddings closer
+# than a threshold calibrated on this data) and **person numbers** of
+# Kermany-style file names found in more than one split. Duplicates are
+# grouped into clusters, and a cluster is *across* the split when it holds
+# images of the training pool and of the test split.
+#
+# Whether an archive numbers the persons of its test split anew is not known
+# from the files, so a shared person number is a *possible*, not a proven,
+# same patient. A near-duplicate measure that matches most images with
+# others of their own split does not tell this data's images apart; its
+# counts are then shown but not counted as leakage.
+
+# %% tags=["hide-input"]
+run_leakage = skips.check("the duplicate and shared-patient audit", leak_need)
+leakage = None
+if run_leakage:
+    # run_audit computed it with the embeddings; without the audits above, from the image files alone
+    leakage = result.leakage if result is not None else leakage_audit(manifest, fingerprints)
+    counts = leakage.counts_table()
+    counts.to_csv(results / "leakage_counts.csv", index=False)
+    display(plots.reader_table(counts.set_index("kind"), labels={
+        "counted": "counted as leakage", "between_pool": "between pool splits", "test_images": "test images"}))
+    table = counts.set_index("kind")
+    words = []
+    for kind, name in (("exact", "exact duplicates"), ("embedding", "embedding near duplicates"),
+                       ("near", "near duplicates (pHash)")):
+        row = table.loc[kind]
+        if row["counted"] == "not run":
+            words.append(f"{name}: not run" + (" (no embeddings: the audits above were skipped)"
+                                                if kind == "embedding" else ""))
+        elif kind == "near" and not leakage.near_informative:
+            share = leakage.near.calibration["fraction_with_match_in_split"]
+            words.append(f"{name}: **not informative on this data**: {share:.0%} of the images have a near duplicate "
+                         f"in their own split, so its {row['across']} cluster(s) across the split are an upper bound, "
+                         "not leakage, and are left out below")
+        else:
+            words.append(f"{name}: **{row['across']}** cluster(s) across the split ({row['test_images']} test images), "
+                         f"{row['within']} within one split, {row['between_pool']} between pool splits")
+    patients = table.loc["patient"]
+    words.append(f"person numbers in both the training pool and the test split: **{patients['across']}** "
+                 f"({patients['test_images']} test images), possibly the same patients")
+    display(Markdown(f"Of {leakage.n_images:,} images: " + "; ".join(words) + "."))
+    for note in leakage.notes:
+        display(Markdown(f"*Note:* {html.escape(note, quote=False)}."))
+
+# %% tags=["hide-input"]
+def shown_path(path, image_id) -> str:
+    """An image's path relative to the data folder where it lies in it (else as it is), or its id."""
+    if path is None:
+        return str(image_id)
+    root = manifest.attrs.get("root")
+    try:
+        return str(Path(path).relative_to(root)) if root else str(path)
+    except ValueError:
+        return str(path)
+
+
+if run_leakage:
+    across = leakage.across_clusters()
+    if across:
+        lines = []
+        for cluster in across[:12]:
+            members = ", ".join(f"{html.escape(str(s))} {code(shown_path(p, i))}" for i, p, s in
+                                zip(cluster["image_ids"], cluster["paths"], cluster["splits"]))
+            lines.append(f"- {' and '.join(cluster['kinds'])}, {cluster['size']} images: {members}")
+        more = len(across) - len(lines)
+        display(Markdown(f"{len(across)} cluster(s) of duplicates cross from the training pool to the test split"
+                         + (f"; the first {len(lines)}" if more else "") + ":\n\n" + "\n".join(lines)
+                         + (f"\n\nand {more} more (`leakage.json` lists them all)." if more else "")))
+    else:
+        display(Markdown("No exact or embedding duplicate crosses the split"
+                         + (", nor a near duplicate" if leakage.near_informative else "") + ": no test image has a "
+                         "copy in the training pool by these measures."))
+    shared = leakage.patients.table
+    shared = shared[shared["scope"] == "across"]
+    if len(shared):
+        n_test_images = int((leakage.splits == leakage.test).sum())
+        display(Markdown(
+            f"{len(shared)} person number(s) occur in both the training pool and the test split, e.g. "
+            + ", ".join(code(r) for r in shared["raw_id"].head(5))
+            + f"; they cover {int(patients['test_images'])} of the {n_test_images} test images. "
+            + ("The phantom numbers the children of each split from 1, as the Kermany loader assumes the archive "
+               "does, so here every shared number is a different child: the check cannot tell a restarted "
+               "numbering from a shared patient, which is why it says *possible*."
+               if is_phantom else "Check the archive's documentation: if it numbers persons across all splits, "
+               "these are the same patients on both sides of the split.")))
+
+# %% [markdown]
+# **Effect on the number.** A linear probe (logistic regression on the
+# embeddings) is trained on the training pool and scored on the test split,
+# once on every test image and once without the leaked ones (the duplicates
+# above; then also those with a shared person number). The intervals
+# resample the test split's patients, and the change is paired: both AUROCs
+# on the same resampled patients.
+
+# %% tags=["hide-input"]
+effect = None
+if run_leakage and skips.check("the effect of the leaked test images on a test AUROC", need):
+    duplicates = leakage.leaked_test_mask()
+    or_patients = leakage.leaked_test_mask(kinds=(*leakage.counted_kinds(), "patient"))
+    # a variant only where it drops a test image (the second: one more than the first)
+    drops = {name: mask for name, mask, extra in (("without duplicates", duplicates, duplicates),
+                                                   ("without duplicates or possible same patients", or_patients,
+                                                    or_patients & ~duplicates)) if extra.any()}
+    if not drops:
+        display(Markdown("No exact or embedding duplicate crosses the split and no person number is shared between "
+                         "the pool and the test split: there is no leaked test image to drop, and the test numbers "
+                         "of this data need no correction for leakage by these measures."))
+    else:
+        effect = leakage_effect(X, manifest["label"], manifest["split"], groups=manifest["patient_id"], drop=drops,
+                                n_resamples=int(n_resamples), confidence=result.shortcut.confidence,
+                                random_state=seed)
+        display(plots.reader_table(effect.set_index("test_images"), labels={
+            "test_images": "test images", "n_images": "images left", "n_dropped": "dropped", "n_patients": "patients",
+            "change": "change", "change_low": "change: low", "change_high": "change: high"}))
+        everything = effect.iloc[0]
+        sentences = [f"On all {everything['n_images']} test images the probe's AUROC is **{everything['auroc']:.3f}** "
+                     f"({level} CI {everything['low']:.3f}-{everything['high']:.3f})."]
+        if "without duplicates" not in drops:
+            sentences.append("No exact or embedding duplicate crosses the split, so only the test images with a "
+                             "person number of the pool are dropped.")
+        for row in effect.iloc[1:].itertuples():
+            if row.reason:
+                sentences.append(f"{row.test_images[:1].upper()}{row.test_images[1:]} it cannot be computed: "
+                                 f"{row.reason} after dropping {row.n_dropped} of {everything['n_images']} test "
+                                 "images.")
+                continue
+            verdict = ("the interval of the change excludes 0: the leaked images move the number"
+                       if row.change_low > 0 or row.change_high < 0 else
+                       "the interval of the change includes 0: no evidence that they move the number")
+            sentences.append(f"{row.test_images[:1].upper()}{row.test_images[1:]} ({row.n_dropped} dropped, "
+                             f"{row.n_images} left) it is **{row.auroc:.3f}** ({row.low:.3f}-{row.high:.3f}), a change "
+                             f"of {row.change:+.3f} ({level} CI {row.change_low:+.3f} to {row.change_high:+.3f}); "
+                             f"{verdict}.")
+        display(Markdown(" ".join(sentences)))
+if leakage is not None:
+    (results / "leakage.json").write_text(leakage.to_json())
+if effect is not None:
+    effect.to_csv(results / "leakage_effect.csv", index=False)
+
+# %% [markdown]
 # The full report, as `crs audit` writes it, is saved next to the results
-# (`audit.html`), with the checklist evidence of the audit.
+# (`audit.html`, with the duplicates and their thumbnails), with the
+# checklist evidence of the audit.
 
 # %% tags=["hide-input"]
 from crslib.reports import render_audit_html

@@ -23,14 +23,20 @@ import pandas as pd
 import pytest
 from PIL import Image
 
+from test_leakage import folders  # noqa: F401 - the Kermany folders of real tiles, with and without planted copies
+
 from crslib import audit as A
 from crslib import shortcut as S
+from crslib.checklist import build_checklist
 from crslib.data import file_properties, read_image
 from crslib.data.phantom import generate_phantom
+from crslib.duplicates import image_fingerprints
 from crslib.errors import CRSError, DataError, InputError
+from crslib.leakage import leakage_audit, leakage_effect
+from crslib.probes import logistic_probe
 from crslib.reports import render_audit_html
 from crslib.splits import grouped_folds
-from crslib.stats import group_permuter
+from crslib.stats import auroc, group_permuter
 
 N_PATIENTS = 200
 SIZE = 40
@@ -403,8 +409,10 @@ def test_run_audit_combines_the_audits(audit_result, phantoms):
     assert splits["test"]["images"] == int((m["split"] == "test").sum())
     assert splits["test"]["patients"] == m.loc[m["split"] == "test", "patient_id"].nunique()
     assert r.provenance["n_patients_in_several_splits"] == 0
-    # 9 permutations cannot reach p < 0.05, and the result says so
-    assert r.notes == ["with 9 permutations the smallest possible p is 0.100: too few to decide; use at least 20"]
+    # 9 permutations cannot reach p < 0.05, and the result says so; without fingerprints, no leakage audit
+    assert r.notes == ["with 9 permutations the smallest possible p is 0.100: too few to decide; use at least 20",
+                       A.NO_FINGERPRINTS]
+    assert r.leakage is None and r.to_dict()["leakage"] is None
 
 
 def test_audit_to_dict_is_json_ready(audit_result):
@@ -700,3 +708,171 @@ def test_shortcut_test_score_comes_from_a_pool_only_fit():
     res = S.shortcut_audit(X, y, split, groups=np.arange(n), n_resamples=50, n_repeats=1)
     assert res.pool_balanced_accuracy > 0.95
     assert res.test_balanced_accuracy == pytest.approx(0.5)
+
+
+# --------------------------------------------------------------------------- leakage: duplicates and shared patients
+
+
+def _leakage_audit_of(folder: tuple[pd.DataFrame, object], **options) -> A.AuditResult:
+    manifest, fingerprints = folder
+    return A.run_audit(manifest, file_properties(manifest), fingerprints=fingerprints, n_resamples=20, n_repeats=1,
+                       n_splits=3, n_permutations=0, **options)
+
+
+@pytest.fixture(scope="module")
+def leaky_audits(folders):  # noqa: F811 - the fixture imported from test_leakage
+    return {name: _leakage_audit_of(folders[name]) for name in ("leaky", "distinct")}
+
+
+def test_run_audit_with_fingerprints_reports_the_planted_duplicates(leaky_audits, folders):  # noqa: F811
+    result = leaky_audits["leaky"]
+    manifest, fingerprints = folders["leaky"]
+    expected = leakage_audit(manifest, fingerprints)
+    assert result.leakage is not None and result.leakage.embedding is None
+    d = json.loads(result.to_json())["leakage"]
+    assert d == json.loads(expected.to_json())
+    # the planted copies: three exact copies across pool and test, one between train and val
+    assert d["exact"]["pairs"] == {"across": 3, "within": 0, "between_pool": 1, "other": 0}
+    counts = {row["kind"]: row for row in d["counts"]}
+    assert counts["exact"]["across"] == 3 and counts["exact"]["test_images"] == 3
+    assert counts["near"]["counted"] == "yes" and counts["patient"]["across"] == 0
+    assert d["n_leaked_test_images"] == len(expected.leaked_test_ids()) > 3
+    assert len(d["exact"]["clusters"]) == 4 and d["exact"]["clusters"][0]["scope"] == "across"
+    assert A.NO_FINGERPRINTS not in result.notes
+
+
+def test_fingerprints_of_another_manifest_are_refused_by_run_audit(folders):  # noqa: F811
+    manifest, _ = folders["leaky"]
+    _, other = folders["distinct"]
+    with pytest.raises(InputError, match="recompute them with image_fingerprints"):
+        A.run_audit(manifest, file_properties(manifest), fingerprints=other, n_resamples=20, n_repeats=1,
+                    n_splits=3, n_permutations=0)
+
+
+def test_checklist_item_1_is_a_concern_with_a_cross_split_exact_duplicate(leaky_audits):
+    leaky = leaky_audits["leaky"].checklist_evidence(data="leaky")["split"]
+    distinct = leaky_audits["distinct"].checklist_evidence(data="distinct")["split"]
+    assert leaky["leakage"]["exact_duplicates_across"] == 3 and leaky["leakage"]["exact_test_images"] == 3
+    assert distinct["leakage"]["exact_duplicates_across"] == 0
+    assert distinct["leakage"]["possible_same_patients_across"] == 0
+    assert leaky["confidence"] == 0.95
+    # patients_disjoint is the manifest's ids; the unscoped person numbers of every file name were compared too
+    n_images = leaky_audits["leaky"].n_images
+    assert leaky["patients_disjoint"] is True
+    basis = leaky["patients_disjoint_basis"]
+    assert f"the raw person numbers of {n_images} Kermany file name(s) were compared" in basis
+    concern = build_checklist({"split": leaky})["split"].concern
+    assert "exact duplicate images cross the split (3 clusters, 3 test images)" in concern
+    item = build_checklist({"split": distinct})["split"]
+    assert item.complete and "duplicate" not in item.concern and "patient" not in item.concern
+
+
+def test_checklist_reports_an_audit_without_fingerprints_as_not_measured(phantoms):
+    d = phantoms["kermany_null"]
+    result = A.run_audit(d["manifest"], d["props"], n_resamples=20, n_repeats=1, n_splits=3, n_permutations=0,
+                         confidence=0.9)
+    split = result.checklist_evidence(data="null")["split"]
+    assert split["leakage"] == "not measured: " + A.NO_FINGERPRINTS
+    assert split["confidence"] == 0.9 and result.checklist_evidence(data="null")["shortcut"]["confidence"] == 0.9
+    markdown = build_checklist({"split": split}).to_markdown()
+    assert "leakage: not measured: no image fingerprints" in markdown
+
+
+def _noise_png(path, seed: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.random.default_rng(seed).integers(0, 256, (24, 24), dtype=np.uint8)).save(path)
+
+
+def test_audit_html_shows_the_clusters_across_the_split_escaped_with_thumbnails(audit_result, tmp_path):
+    """14 images of the pool copied into the test split: 12 clusters shown (with thumbnails), 2 counted."""
+    rows = []
+    for k in range(14):
+        name = "<b>x</b>.png" if k == 0 else f"pool{k}.png"  # "<b>x<" is a folder, "b>.png" its file
+        _noise_png(tmp_path / "train" / name, k)
+        _noise_png(tmp_path / "test" / f"copy{k}.png", k)
+        rows += [("train", tmp_path / "train" / name), ("test", tmp_path / "test" / f"copy{k}.png")]
+    _noise_png(tmp_path / "test" / "alone.png", 99)
+    rows.append(("test", tmp_path / "test" / "alone.png"))
+    manifest = pd.DataFrame({"image_id": [f"{s}/{p.name}" for s, p in rows], "path": [str(p) for _, p in rows],
+                             "split": [s for s, _ in rows]})
+    leakage = leakage_audit(manifest, image_fingerprints(manifest))
+    assert leakage.exact.counts()["clusters"]["across"] == 14
+    page = render_audit_html(dataclasses.replace(audit_result, leakage=leakage))
+    section = _section(page, "Duplicates and shared patients")
+    assert "&lt;b&gt;x&lt;/b&gt;.png" in section and "<b>x</b>" not in page
+    assert section.count('<tr class="cluster">') == 12 and "2 more clusters across the split" in section
+    assert section.count('src="data:image/png;base64,') == 24  # two thumbnails per cluster shown
+    assert "exact duplicates across pool and test: 14 clusters (14 test images)" in section
+    assert "possible" in section
+    counts = _section(page, "Duplicates and shared patients").split("<table>")[1]
+    assert "<td>exact</td>" in counts and ">14</td>" in counts
+
+
+def test_audit_html_says_when_duplicates_were_not_audited(audit_result):
+    page = render_audit_html(audit_result)
+    section = _section(page, "Duplicates and shared patients")
+    assert "not measured" in section and "image_fingerprints" in section
+
+
+def test_audit_html_calls_an_uninformative_near_kind_not_informative(audit_result):
+    n = 20
+    manifest = pd.DataFrame({"image_id": [f"i{k}" for k in range(n)], "path": [f"i{k}.png" for k in range(n)],
+                             "split": ["train"] * 12 + ["test"] * 8})
+    from crslib.duplicates import ImageFingerprints
+
+    fingerprints = ImageFingerprints(image_ids=manifest["image_id"].to_numpy(dtype=object),
+                                     digests=np.array([f"d{k}" for k in range(n)], dtype=object),
+                                     hashes=np.full((n, 1), 7, dtype=np.uint64), identity=0,
+                                     stable=np.ones(n, dtype=bool), crop_fractions=(0.0,))
+    page = render_audit_html(dataclasses.replace(audit_result, leakage=leakage_audit(manifest, fingerprints)))
+    section = _section(page, "Duplicates and shared patients")
+    assert "not informative on this data" in section
+    assert '<tr class="cluster">' not in section  # the near kind's clusters are not shown as leaks
+
+
+# --------------------------------------------------------------------------- leakage_effect
+
+
+def _leaky_probe_data(seed: int = 0):
+    """Pool: the label is in feature 0. Test: 40 clean patients (noise only) and 20 leaked ones (signal)."""
+    rng = np.random.default_rng(seed)
+    n_pool, n_clean, n_leak = 200, 80, 40
+    y = np.r_[rng.integers(0, 2, n_pool), np.tile([0, 1], (n_clean + n_leak) // 2)]
+    X = rng.normal(size=(len(y), 5))
+    X[:n_pool, 0] += 3 * y[:n_pool]
+    X[n_pool + n_clean:, 0] += 3 * y[n_pool + n_clean:]
+    split = np.array(["train"] * n_pool + ["test"] * (n_clean + n_leak), dtype=object)
+    groups = np.r_[np.arange(n_pool), n_pool + np.arange(n_clean + n_leak) // 2]
+    leaked = np.r_[np.zeros(n_pool + n_clean, dtype=bool), np.ones(n_leak, dtype=bool)]
+    return X, y, split, groups, leaked
+
+
+def test_leakage_effect_is_the_probe_auroc_with_and_without_the_leaked_test_images():
+    X, y, split, groups, leaked = _leaky_probe_data()
+    table = leakage_effect(X, y, split, groups=groups, drop={"leaked": leaked, "every test image": split == "test"},
+                             n_resamples=200)
+    assert table["test_images"].tolist() == ["all", "leaked", "every test image"]
+    pool, test = split != "test", split == "test"
+    score = logistic_probe(1.0, 2000, 0).fit(X[pool], y[pool]).decision_function(X[test])
+    everything, kept = auroc(y[test], score), auroc(y[test][~leaked[test]], score[~leaked[test]])
+    rows = table.set_index("test_images")
+    assert rows.loc["all", "auroc"] == pytest.approx(everything)
+    assert rows.loc["leaked", "auroc"] == pytest.approx(kept)
+    assert rows.loc["leaked", "change"] == pytest.approx(kept - everything) and kept < everything - 0.1
+    assert rows.loc["leaked", ["n_images", "n_dropped", "n_patients"]].tolist() == [80, 40, 40]
+    assert rows.loc["all", ["n_images", "n_dropped", "n_patients"]].tolist() == [120, 0, 60]
+    assert rows.loc["leaked", "change_low"] <= kept - everything <= rows.loc["leaked", "change_high"] < 0
+    assert rows.loc["all", "low"] <= everything <= rows.loc["all", "high"]
+    assert np.isnan(rows.loc["every test image", "auroc"])
+    assert rows.loc["every test image", "reason"] == "no test image left"
+    assert rows.loc["leaked", "reason"] == "" and rows.loc["all", "reason"] == ""
+
+
+def test_leakage_effect_refuses_bad_input():
+    X, y, split, groups, leaked = _leaky_probe_data()
+    with pytest.raises(InputError, match="drop mask 'leaked' has 10 values"):
+        leakage_effect(X, y, split, groups=groups, drop={"leaked": leaked[:10]})
+    with pytest.raises(InputError, match="two classes"):
+        leakage_effect(X, np.arange(len(y)) % 3, split, groups=groups, drop={"leaked": leaked})
+    with pytest.raises(InputError, match="only rows of the 'test' split"):
+        leakage_effect(X, y, split, groups=groups, drop={"pool rows": split != "test"})

@@ -9,13 +9,18 @@ get the same audit of the same data.
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from realdata import write_kermany
 
 from crslib.cli import main
+from crslib.data import load_data
+from crslib.duplicates import image_fingerprints
+from crslib.leakage import leakage_audit
 from crslib.runner import execute_notebook, read_skips
 
 pytestmark = pytest.mark.slow
@@ -85,3 +90,46 @@ def test_chapter_gives_no_verdict_with_too_few_permutations(audits) -> None:
     assert "finds no difference" not in shown and "no evidence above chance" not in shown
     report = (results / "audit.html").read_text(encoding="utf-8")
     assert reason in report and "indistinguishable from chance" not in report
+
+
+def _shown(results: Path) -> str:
+    notebook = json.loads((results.parent / "05.ipynb").read_text(encoding="utf-8"))
+    return "\n".join("".join(output.get("data", {}).get("text/markdown", ""))
+                     for cell in notebook["cells"] for output in cell.get("outputs", []))
+
+
+def test_chapter_finds_the_identical_tiles_that_cross_the_split(audits) -> None:
+    """The folder holds identical tiles (flat shepp-logan corners, retina tiles) in the pool and the test split:
+    the chapter, its leakage.json and crs audit report the exact duplicates that the images alone give."""
+    chapter, command, results = audits
+    manifest = load_data(str(results.parent / "chest_xray"))
+    expected = leakage_audit(manifest, image_fingerprints(manifest))
+    exact = expected.exact.counts()
+    assert exact["clusters"]["across"] > 0  # else the test has nothing to find
+    saved = json.loads((results / "leakage.json").read_text(encoding="utf-8"))
+    assert saved == chapter["leakage"] == command["leakage"]
+    assert saved["exact"]["clusters"] == json.loads(expected.to_json())["exact"]["clusters"]
+    counts = pd.read_csv(results / "leakage_counts.csv").set_index("kind")
+    assert counts.loc["exact", "across"] == exact["clusters"]["across"]
+    shown = _shown(results)
+    n_across, n_leaked = exact["clusters"]["across"], exact["n_test_images_leaked"]
+    assert (f"exact duplicates: **{n_across}** cluster(s) across the split ({n_leaked} test images)") in shown
+    assert "person numbers in both the training pool and the test split: **0** (0 test images)" in shown
+    test_path = next(p for c in expected.exact.clusters() if c["scope"] == "across"
+                     for p, split in zip(c["paths"], c["splits"]) if split == "test")
+    relative = Path(test_path).relative_to(results.parent / "chest_xray")  # shown within the data folder
+    assert f"test <code>{html.escape(str(relative))}</code>" in shown
+    # the effect on a test number: the probe's AUROC with and without the leaked test images
+    effect = pd.read_csv(results / "leakage_effect.csv").set_index("test_images")
+    n_test = int((manifest["split"] == "test").sum())
+    assert effect.loc["all", "n_images"] == n_test
+    dropped = saved["n_leaked_test_images"]  # exact, and embedding duplicates the encoder adds
+    assert dropped >= n_leaked
+    assert effect.loc["without duplicates", ["n_dropped", "n_images"]].tolist() == [dropped, n_test - dropped]
+    assert "without duplicates or possible same patients" not in effect.index  # no shared person number
+    assert (f"On all {n_test} test images the probe's AUROC is **{effect.loc['all', 'auroc']:.3f}**") in shown
+    assert (f"Without duplicates ({dropped} dropped, {n_test - dropped} left) it is "
+            f"**{effect.loc['without duplicates', 'auroc']:.3f}**") in shown
+    report = (results / "audit.html").read_text(encoding="utf-8")
+    section = report[report.index("<h2>Duplicates and shared patients"):]
+    assert section.count('<tr class="cluster">') >= n_across and "data:image/png;base64," in section

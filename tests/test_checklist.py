@@ -500,8 +500,9 @@ def test_markdown_lines_are_exact():
     assert lines[2] == ("7 of 7 items complete. Numbers marked *Paper* are the paper's (study 2), not this run's.")
     assert "## 1. " + ITEMS[0].title in lines
     assert "**Status:** ✅ reported" in lines
+    # no confidence recorded: the interval's level is not claimed
     assert ("**Status:** ⚠️ reported, with a concern: a classifier tells the test split from the training pool "
-            "(AUC 0.710, 95% interval 0.680-0.740)") in lines
+            "(AUC 0.710, interval 0.680-0.740)") in lines
     assert ("- **Measured in this run:** partition classifier, test split vs pool: 0.710 AUC (CI 0.680 to 0.740) "
             "(paper: 0.697) — source: nb/02_protocol") in lines
     assert ("- **Recorded:** provenance: Kermany official train/test folders; validation carved from train by "
@@ -708,3 +709,52 @@ def test_concern_is_the_evidence_showing_a_problem_not_its_absence():
     assert build_checklist(ev)["split"].concern == ""
     missing = build_checklist(_with("split", patients_disjoint=None))
     assert not missing["split"].complete and missing["split"].concern == ""  # a missing item is not a concern
+
+
+# --------------------------------------------------------------------------- item 1: duplicates and shared patients
+
+
+def _leakage(**counts) -> dict:
+    base = {"exact_duplicates_across": 0, "exact_test_images": 0, "embedding_duplicates_across": 0,
+            "embedding_test_images": 0, "near_duplicates_across": 0, "near_test_images": 0, "near_informative": True,
+            "possible_same_patients_across": 0, "possible_same_patient_test_images": 0, "n_test_images": 150}
+    return {**base, **counts}
+
+
+def test_split_concern_from_duplicates_and_possible_same_patients_across_the_split():
+    from crslib.checklist import item_concern
+
+    at_chance = {"value": 0.52, "low": 0.45, "high": 0.6}
+    assert item_concern("split", {"leakage": _leakage()}, at_chance) == ""
+    assert item_concern("split", {"leakage": _leakage(exact_duplicates_across=3, exact_test_images=4)}, at_chance) == (
+        "exact duplicate images cross the split (3 clusters, 4 test images)")
+    assert item_concern("split", {"leakage": _leakage(embedding_duplicates_across=2, embedding_test_images=2)},
+                        at_chance) == "embedding near duplicates cross the split (2 clusters, 2 test images)"
+    patients = item_concern("split", {"leakage": _leakage(possible_same_patients_across=60,
+                                                          possible_same_patient_test_images=150)}, at_chance)
+    assert patients == ("possibly the same patients in the training pool and the test split (60 person numbers in "
+                        "both, 150 test images)")
+    # a near-duplicate measure that does not tell the images apart is no concern; an informative one is
+    near = dict(near_duplicates_across=2, near_test_images=140)
+    assert item_concern("split", {"leakage": _leakage(near_informative=False, **near)}, at_chance) == ""
+    assert item_concern("split", {"leakage": _leakage(**near)}, at_chance).startswith("near duplicate images (pHash)")
+    leak = _leakage(exact_duplicates_across=1, exact_test_images=1)
+    both = item_concern("split", {"leakage": leak, "confidence": 0.9}, {"value": 0.7, "low": 0.6, "high": 0.8})
+    assert both == ("a classifier tells the test split from the training pool (AUC 0.700, 90% interval 0.600-0.800); "
+                    "exact duplicate images cross the split (1 clusters, 1 test images)")
+    # not measured: reported as such among the recorded fields, no concern of its own
+    ev = _with("split", leakage="not measured: no image fingerprints were given")
+    ev["split"]["effect"]["low"] = 0.4
+    entry = build_checklist(ev)["split"]
+    assert entry.complete and entry.concern == ""
+    assert "leakage: not measured: no image fingerprints were given" in build_checklist(ev).to_markdown()
+
+
+def test_concern_labels_intervals_with_the_recorded_confidence():
+    from crslib.checklist import item_concern
+
+    found = {"pool_balanced_accuracy": {"estimate": 0.95, "low": 0.9, "high": 0.98}}
+    assert item_concern("shortcut", {**found, "confidence": 0.9}, None).endswith("(balanced accuracy 0.950, 90% "
+                                                                                 "interval 0.900-0.980)")
+    assert item_concern("shortcut", found, None).endswith("(balanced accuracy 0.950, interval 0.900-0.980)")
+    assert "95%" not in item_concern("split", {}, {"value": 0.7, "low": 0.51, "high": 0.8})

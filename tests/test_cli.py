@@ -109,9 +109,18 @@ def test_audit_finds_the_injected_shortcut_in_a_kermany_layout_folder(tmp_path: 
     table = {row["scope"]: row for row in report["shortcut"]["table"]}
     assert table["pool"]["balanced_accuracy"] >= 0.9
     assert abs(table["test"]["balanced_accuracy"] - 0.5) < 0.15
-    assert "shortcut balanced accuracy (pool)" in result.stdout
+    assert "shortcut balanced accuracy (pool)" in result.stdout and "(95% CI " in result.stdout
     html = (tmp_path / "report" / "audit.html").read_text()
     assert "<table" in html and "0.992" in html and "src=\"http" not in html
+    # the leakage audit ran by default: the phantom numbers the children of each split from 1, so every test
+    # image's person number also occurs in the larger training pool (possible, here not actual, same patients)
+    leakage = report["leakage"]
+    counts = {row["kind"]: row for row in leakage["counts"]}
+    assert list(counts) == ["exact", "near", "embedding", "patient"] and counts["embedding"]["counted"] == "not run"
+    n_test = {s["split"]: s["images"] for s in report["provenance"]["splits"]}["test"]
+    assert counts["patient"]["test_images"] == n_test and counts["patient"]["across"] > 0
+    assert f"leakage: exact duplicates across pool and test: {counts['exact']['across']} clusters" in result.stdout
+    assert "<h2>Duplicates and shared patients across the split</h2>" in html
 
 
 def test_audit_writes_evidence_that_crs_checklist_reads(tmp_path: Path) -> None:
@@ -135,6 +144,8 @@ def test_audit_writes_evidence_that_crs_checklist_reads(tmp_path: Path) -> None:
     assert evidence["split"]["effect"]["source"] == "crs audit" and str(data / "chest_xray") in (
         evidence["split"]["provenance"])
     assert evidence["split"]["partition_model"] == "logistic regression on file properties"
+    assert evidence["split"]["leakage"]["possible_same_patients_across"] == report["leakage"]["summary"]["patient"][
+        "across_ids"] > 0
     # the folder holding the audit's report is a run folder for crs checklist
     checked = crs("checklist", str(run))
     assert checked.returncode == 0, checked.stderr
@@ -230,3 +241,33 @@ def test_compare_names_models_as_written_and_shows_the_changed_images(tmp_path: 
     assert f"<title>crs compare: {html.escape(old)} vs {html.escape(new)}</title>" in page
     section = page[page.index('<section id="changed-neighbours">'):]
     assert section[:section.index("</section>")].count("<img") == 12 * (1 + 2 * 5)
+
+
+def test_audit_no_leakage_reads_no_image_twice(monkeypatch, tmp_path: Path) -> None:
+    """--no-leakage: no fingerprints are computed and run_audit gets none (in process, the audit stubbed out)."""
+    import pandas as pd
+
+    import crslib.audit
+    import crslib.data
+    import crslib.duplicates
+    from crslib.cli import main
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_run_audit(manifest, properties, **options):
+        seen.update(options)
+        raise Stop
+
+    manifest = pd.DataFrame({"image_id": ["a"], "path": ["a.png"], "split": ["train"], "label": [0]})
+    monkeypatch.setattr(crslib.data, "load_data", lambda data: manifest)
+    monkeypatch.setattr(crslib.data, "file_properties", lambda m, progress=None: m[["image_id"]])
+    monkeypatch.setattr(crslib.duplicates, "image_fingerprints", lambda m: "fingerprints of " + m["image_id"][0])
+    monkeypatch.setattr(crslib.audit, "run_audit", fake_run_audit)
+    for flags, expected in (([], "fingerprints of a"), (["--no-leakage"], None)):
+        seen.clear()
+        with pytest.raises(Stop):
+            main(["audit", "--data", "x", "--model", "none", "--out", str(tmp_path), *flags])
+        assert seen["fingerprints"] == expected

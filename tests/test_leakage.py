@@ -23,6 +23,7 @@ from realdata import write_kermany
 from crslib.data import kermany_patient_id, load_image_folder, read_image
 from crslib.duplicates import (
     DEFAULT_MAX_DISTANCE,
+    ImageFingerprints,
     digest_pairs,
     embedding_pairs,
     hash_pairs,
@@ -499,3 +500,65 @@ def test_kinds_must_be_known(folders) -> None:
 def test_crop_fractions_are_checked() -> None:
     with pytest.raises(InputError, match="start with 0.0"):
         perceptual_hashes(np.eye(8), crop_fractions=(0.05,))
+
+
+# --------------------------------------------------------------------------- what counts as leakage
+
+
+def _look_alike(n_train: int = 12, n_test: int = 8) -> tuple[pd.DataFrame, ImageFingerprints]:
+    """A manifest whose images all share one pHash but no pixels: a hash that cannot tell them apart."""
+    n = n_train + n_test
+    manifest = pd.DataFrame({"image_id": [f"i{k}" for k in range(n)], "path": [f"i{k}.png" for k in range(n)],
+                             "split": ["train"] * n_train + ["test"] * n_test})
+    fingerprints = ImageFingerprints(image_ids=manifest["image_id"].to_numpy(dtype=object),
+                                     digests=np.array([f"d{k}" for k in range(n)], dtype=object),
+                                     hashes=np.full((n, 1), 12345, dtype=np.uint64), identity=0,
+                                     stable=np.ones(n, dtype=bool), crop_fractions=(0.0,))
+    return manifest, fingerprints
+
+
+def test_a_near_kind_matching_most_images_in_their_own_split_is_not_counted_as_leakage() -> None:
+    manifest, fingerprints = _look_alike()
+    result = leakage_audit(manifest, fingerprints)
+    assert result.near.counts()["n_test_images_leaked"] == 8  # every test image "matches" the pool
+    assert result.near_informative is False and result.counted_kinds() == ("exact",)
+    assert result.leaked_test_mask().sum() == 0 and result.leaked_test_ids() == []
+    assert result.leaked_test_mask(kinds=("near",)).sum() == 8  # asked for by name, it is still there
+    d = result.to_dict()
+    assert d["near_informative"] is False and d["n_leaked_test_images"] == 0
+    counts = pd.DataFrame(d["counts"]).set_index("kind")
+    assert counts.loc["near", "counted"] == "no: not informative on this data"
+    assert counts.loc["near", "across"] == 1 and counts.loc["exact", "across"] == 0
+    assert "near duplicates (pHash): not informative on this data" in result.summary()
+
+
+def test_counts_table_has_one_row_per_kind_and_the_clusters_per_scope(folders) -> None:
+    manifest, fingerprints = folders["leaky"]
+    X = np.random.default_rng(0).normal(size=(len(manifest), 32))
+    result = leakage_audit(manifest, fingerprints, X)
+    assert result.near_informative is True and result.counted_kinds() == ("exact", "near", "embedding")
+    table = result.counts_table().set_index("kind")
+    assert list(table.index) == ["exact", "near", "embedding", "patient"]
+    for kind in ("exact", "near", "embedding"):
+        counts = getattr(result, kind).counts()
+        assert table.loc[kind, ["across", "within", "between_pool", "other"]].tolist() == [
+            counts["clusters"][s] for s in ("across", "within", "between_pool", "other")]
+        assert table.loc[kind, "test_images"] == counts["n_test_images_leaked"]
+    assert table.loc["exact", "across"] == 3 and table.loc["patient", "across"] == 0
+    assert table.loc["patient", "unit"] == "person numbers" and table.loc["exact", "unit"] == "clusters"
+    assert set(table["counted"]) == {"yes", "no: a possible, not a proven, same patient"}
+    text = result.summary()
+    assert "exact duplicates across pool and test: 3 clusters (3 test images)" in text
+    # a copy found by several kinds is one cluster across the split, listed with every kind that found it
+    across = result.across_clusters()
+    assert len(across) == len({frozenset(c["image_ids"]) for c in across}) == table.loc["near", "across"]
+    exact_ids = {frozenset(c["image_ids"]) for c in result.exact.clusters() if c["scope"] == "across"}
+    assert all(c["kinds"][:2] == ["exact", "near"] for c in across if frozenset(c["image_ids"]) in exact_ids)
+    assert "possible same patients across pool and test: 0 person numbers" in text
+
+
+def test_counts_table_says_which_kinds_did_not_run() -> None:
+    manifest = _small_manifest(6)
+    table = leakage_audit(manifest).counts_table().set_index("kind")
+    assert table.loc[["exact", "near", "embedding"], "counted"].tolist() == ["not run"] * 3
+    assert table.loc[["exact", "near", "embedding"], "across"].isna().all()
