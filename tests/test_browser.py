@@ -178,7 +178,10 @@ def _check_pages(base: str, html_dir: Path, browser, shots: Path,
         problems += _reader_problems(rel, browser, machine_paths)
         if rel.startswith("book/generated/") and Path(rel).name[:2].isdigit():  # an executed notebook
             figures = sum(1 for src, width, _ in images if width and "_images/" in (src or ""))
-            notebooks[rel] = (figures, browser.execute_script("return document.body.innerText;"))
+            # the headings from the DOM too: innerText can miss off-screen parts of a long page (see below)
+            notebooks[rel] = (figures, browser.execute_script(
+                "return document.body.innerText + '\\n' + Array.from(document.querySelectorAll('h1, h2, h3'))"
+                ".map(h => h.textContent).join('\\n');"))
         links = browser.execute_script("return Array.from(document.querySelectorAll('a[href]')).map(a => a.href);")
         for href in links:
             parsed = urlparse(href)
@@ -223,7 +226,12 @@ def _assert_claims_shown(html_dir: Path, notebooks: dict[str, tuple[int, str]], 
     from crslib.claims import CHAPTERS, CLAIM_IDS
 
     browser.get(base + "book/generated/claims.html")
-    text = browser.execute_script("return document.body.innerText;")
+    # textContent, not innerText: the DOM's text does not depend on layout, which a loaded machine may not have
+    # finished (a CI run once missed the table's last row through innerText)
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    WebDriverWait(browser, 60).until(lambda b: b.execute_script("return document.readyState") == "complete")
+    text = browser.execute_script("return document.body.textContent;")
     missing = [cid for cid in CLAIM_IDS if cid not in text]
     assert not missing, f"the claims page lacks {missing}"
     assert browser.execute_script("return document.querySelectorAll('span.crs-verdict').length;") == len(CLAIM_IDS)
