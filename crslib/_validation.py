@@ -102,6 +102,23 @@ def per_image_array(per_image: Any, n: int | None = None) -> np.ndarray:
 # =========================================================================== counts, rows, groups, fractions
 
 
+def check_open_unit(value: Any, name: str, example: str) -> float:
+    """A number strictly between 0 and 1; the messages name the argument and show an ``example`` value.
+
+    Examples
+    --------
+    >>> check_open_unit(0.25, "ratio", "0.25")
+    0.25
+    """
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number between 0 and 1 (e.g. {example}), got {value!r}") from None
+    if not 0.0 < number < 1.0:
+        raise InputError(f"{name} must be between 0 and 1 (e.g. {example}), got {number}")
+    return number
+
+
 def check_confidence(confidence: Any) -> float:
     """A confidence level strictly between 0 and 1.
 
@@ -110,13 +127,7 @@ def check_confidence(confidence: Any) -> float:
     >>> check_confidence(0.95)
     0.95
     """
-    try:
-        value = float(confidence)
-    except (TypeError, ValueError):
-        raise InputError(f"confidence must be a number between 0 and 1 (e.g. 0.95), got {confidence!r}") from None
-    if not 0.0 < value < 1.0:
-        raise InputError(f"confidence must be between 0 and 1 (e.g. 0.95), got {value}")
-    return value
+    return check_open_unit(confidence, "confidence", "0.95")
 
 
 def check_count(value: Any, name: str, minimum: int = 1) -> int:

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crslib._validation import as_embeddings
+from crslib._validation import as_embeddings, check_open_unit
 from crslib.data.images import DEFAULT_MAX_PIXELS, read_image
 from crslib.data.manifest import validate_manifest
 from crslib.errors import ImageReadError, InputError
@@ -641,12 +641,7 @@ def embedding_pairs(
     if np.ndim(split) != 1 or splits.size != unit.shape[0]:
         raise InputError(f"split must hold one split name per embedding row ({unit.shape[0]}), "
                          f"got shape {np.shape(split)}")
-    try:
-        ratio = float(ratio)
-    except (TypeError, ValueError):
-        raise InputError(f"ratio must be a number between 0 and 1, got {ratio!r}") from None
-    if not 0.0 < ratio < 1.0:
-        raise InputError(f"ratio must be between 0 and 1 (e.g. 0.25), got {ratio}")
+    ratio = check_open_unit(ratio, "ratio", "0.25")
     if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, (int, float))
                                   or not -1.0 <= threshold <= 1.0):
         raise InputError(f"threshold must be a cosine similarity between -1 and 1, got {threshold!r}")
