@@ -48,6 +48,7 @@ COLUMN_LABELS: dict[str, str] = {
     "mean_original_auroc": "mean AUROC, own classifier", "mean_transferred_auroc": "mean AUROC, transferred",
     "mean_retention": "mean retention", "retention_low": "retention, low", "retention_high": "retention, high",
     "auroc": "AUROC", "auprc": "AUPRC", "f1": "F1", "balanced_accuracy": "balanced accuracy",
+    "macro_auroc": "macro AUROC (one-vs-rest)",
     "max_abs_change": "largest change", "mean_abs_change": "mean change",
     "mean_range": "mean range", "n_pairs": "pairs", "n_test": "test images", "n_pool": "pool images",
     "n_images": "images", "paper_value": "paper", "p_value": "permutation p", "auc": "AUC",

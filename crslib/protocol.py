@@ -86,6 +86,17 @@ HEADLINE_METRIC = {"backbone": "auroc", "policy": "auroc", "rule": "balanced_acc
 # --------------------------------------------------------------------------- splits
 
 
+def _refuse_multiclass(labels: Any, what: str) -> None:
+    """The protocol tools are binary: a label with more than two classes is a user error, said plainly."""
+    values = pd.unique(pd.Series(np.asarray(labels, dtype=object).ravel()).dropna())
+    if len(values) > 2:
+        shown = ", ".join(repr(v) for v in sorted(values, key=str)[:5]) + (", ..." if len(values) > 5 else "")
+        raise InputError(
+            f"{what} has {len(values)} classes ({shown}); the protocol tools are binary: map it to 0 (negative) "
+            "and 1 (positive), e.g. one class against the rest"
+        )
+
+
 def protocol_splits(
     split: Any,
     labels: Any,
@@ -162,6 +173,7 @@ def protocol_splits(
     split = np.asarray(split).astype(str)
     groups = np.asarray(groups)
     labels = np.asarray(labels)
+    _refuse_multiclass(labels, "labels")
     if not (split.shape == groups.shape == labels.shape):
         raise InputError(f"split, groups and labels must have one entry per row, got {split.size}, {groups.size}, {labels.size}")
     if not (0.0 < validation_fraction < 1.0):
@@ -281,6 +293,7 @@ def linear_probe(
         raise InputError(f"X must be (n_samples, n_features) with one row per split entry, got {X.shape} and {split.size}")
     if not np.isfinite(X).all():
         raise InputError(f"X holds {int((~np.isfinite(X)).sum())} NaN or infinite values; the embeddings are broken")
+    _refuse_multiclass(y, "y")
     tr = split == train
     y_tr, _ = check_binary(np.asarray(y)[tr], np.full(int(tr.sum()), 0.5), name="labels of the training rows")
     g = np.arange(X.shape[0]) if groups is None else np.asarray(groups)
@@ -658,6 +671,7 @@ def repeated_partitions(
     """
     if isinstance(n_partitions, bool) or int(n_partitions) < 2:
         raise InputError(f"n_partitions must be at least 2, got {n_partitions!r}")
+    _refuse_multiclass(y, "y")
     X = np.asarray(X, dtype=np.float64)
     y = np.asarray(y).astype(int)
     groups = np.asarray(groups)

@@ -33,7 +33,9 @@ Everything here is pure: a mapping of precomputed embeddings (one row per
 image, rows aligned across encoders), the target and patient ids in; tidy
 DataFrames and dicts out. Nothing reads files or loads models. The
 partitions and folds come from :mod:`crslib.splits`, the heads from
-:mod:`crslib.probes`, the result objects (which save their own tables) from
+:mod:`crslib.probes` (for multi-class tasks both through
+:mod:`crslib.risk_multiclass`), the metrics from :mod:`crslib.risk_scores`,
+the result objects (which save their own tables) from
 :mod:`crslib.risk_results`; :func:`crslib.reports.render_risk_html` renders
 results as HTML.
 
@@ -56,16 +58,23 @@ from crslib._compat import one_blas_thread
 from crslib._validation import check_confidence, check_count, check_fractions, check_groups, check_random_state
 from crslib.config import progress_enabled
 from crslib.errors import DataError, InputError
-from crslib.metrics import metric_score
-from crslib.probes import fit_head, fit_linear_head, primary_score, r2
+from crslib.risk_multiclass import MAX_CLASSES
+from crslib.risk_multiclass import folds as _folds
+from crslib.risk_multiclass import head as _head
+from crslib.risk_multiclass import linear_head as _linear_head
+from crslib.risk_multiclass import partition as _partition
 from crslib.risk_results import PartitionResult, RiskResult
-from crslib.splits import inner_folds, patient_partition
-from crslib.stats import resample_indices
+from crslib.risk_scores import (MULTICLASS, UNION, count_matrix, partition_scores, primary_score, rank_stability,
+                                 resampled_primary, spread_and_selection)
+from crslib.risk_scores import weighted_auroc as _weighted_auroc  # noqa: F401 - the names tests and callers import
+from crslib.risk_scores import weighted_r2 as _weighted_r2  # noqa: F401
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "TASKS",
+    "TASK_TYPES",
+    "MAX_CLASSES",
     "HEADS",
     "METRIC_NAMES",
     "outer_partition",
@@ -74,17 +83,21 @@ __all__ = [
     "representation_risk",
 ]
 
-#: Prediction tasks: a binary label, or a continuous target (e.g. age).
-TASKS = ("classification", "regression")
+#: Prediction tasks as results record them: a binary label (``"classification"``), a label with
+#: three or more classes (``"multiclass"``), or a continuous target (e.g. age).
+TASKS = ("classification", MULTICLASS, "regression")
+
+#: What the ``task`` argument takes: ``"auto"`` guesses from the target (see :func:`evaluate_partition`);
+#: ``"classification"`` is also accepted (binary or multi-class, by the number of classes).
+TASK_TYPES = ("auto", "binary", MULTICLASS, "regression")
 
 #: Heads fitted on every encoder's reduced features.
 HEADS = ("linear", "knn", "mlp")
 
 #: Primary (selection) and secondary metric of each task.
-METRIC_NAMES = {"classification": ("auroc", "accuracy"), "regression": ("r2", "mae")}
+METRIC_NAMES = {"classification": ("auroc", "accuracy"), MULTICLASS: ("macro_auroc", "balanced_accuracy"),
+                "regression": ("r2", "mae")}
 
-#: Name of the feature-union candidate's ``encoder`` column.
-UNION = "union"
 
 
 # --------------------------------------------------------------------------- validation
@@ -128,10 +141,21 @@ def _check_embeddings(embeddings: Any) -> tuple[dict[str, np.ndarray], int]:
     return out, next(iter(sizes.values()))
 
 
+def _guess_task(arr: np.ndarray, unique: np.ndarray) -> str:
+    """``task="auto"``: two values binary; text, or integers with up to MAX_CLASSES values, multi-class; else regression."""
+    if unique.size == 2:
+        return "classification"
+    kind = pd.api.types.infer_dtype(arr, skipna=True)
+    if kind not in ("integer", "floating", "mixed-integer-float", "decimal"):
+        return MULTICLASS
+    return MULTICLASS if kind == "integer" and unique.size <= MAX_CLASSES else "regression"
+
+
 def _check_target(y: Any, n: int, task: str) -> tuple[np.ndarray, str, list[Any] | None]:
-    """Target as 0/1 int (classification) or float (regression), the task, the classes."""
-    if task not in ("auto",) + TASKS:
-        raise InputError(f"unknown task {task!r}; choose 'auto', {', '.join(repr(t) for t in TASKS)}")
+    """Target as 0/1 int (binary), class codes 0..k-1 (multi-class) or float (regression), the task, the classes."""
+    if task not in TASK_TYPES + ("classification",):
+        raise InputError(f"unknown task {task!r}; choose {', '.join(repr(t) for t in TASK_TYPES)} (or "
+                         "'classification': binary or multi-class by the number of classes)")
     arr = np.asarray(y)
     if arr.ndim != 1:
         raise InputError(f"y must be a 1-D array with one value per image, got shape {arr.shape}")
@@ -150,14 +174,22 @@ def _check_target(y: Any, n: int, task: str) -> tuple[np.ndarray, str, list[Any]
     if unique.size < 2:
         raise InputError(f"y is constant (every value is {unique.tolist()[0]!r}): there is nothing to predict")
     if task == "auto":
-        task = "classification" if unique.size == 2 else "regression"
-    if task == "classification":
+        task = _guess_task(arr, unique)
+    elif task == "classification":
+        task = "classification" if unique.size == 2 else MULTICLASS
+    if task == "binary":
         if unique.size != 2:
             raise InputError(
-                f"task='classification' needs a binary target, but y has {unique.size} distinct values; binarise "
-                "it (one class against the rest) or use task='regression' for a continuous target"
+                f"task='binary' needs a binary target, but y has {unique.size} distinct values; use "
+                "task='multiclass' for a label with more classes or task='regression' for a continuous target"
             )
+        task = "classification"
+    if task == "classification":
         return (arr == unique[1]).astype(np.int64), task, unique.tolist()
+    if task == MULTICLASS:
+        if unique.size < 3:
+            raise InputError(f"task='multiclass' needs at least 3 classes, but y has {unique.size}; use task='binary'")
+        return np.searchsorted(unique, arr).astype(np.int64), task, unique.tolist()
     try:
         values = arr.astype(np.float64)
     except (TypeError, ValueError) as exc:
@@ -212,21 +244,22 @@ def outer_partition(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Patient-grouped train / locked validation / locked test row indices.
 
-    All images of a patient land in one partition. For classification the
+    All images of a patient land in one partition. For a binary label the
     patients are stratified by their label (1 when any of their images is
-    positive) and each stratum is split by
-    :func:`crslib.splits.grouped_partition` with the same fractions, so that
-    every partition holds both classes; no retry with another seed is
-    needed. Regression targets are split without strata.
+    positive), for a multi-class label by the class of most of their images,
+    and each stratum is split by :func:`crslib.splits.grouped_partition`
+    with the same fractions, so that every partition holds every class; no
+    retry with another seed is needed. Regression targets are split without
+    strata.
 
     Parameters
     ----------
     y : array-like of shape (n_images,)
-        Binary label or continuous target.
+        Binary or multi-class label, or continuous target.
     groups : array-like of shape (n_images,)
         Patient id per image (``None``: every image is its own patient).
-    task : {"auto", "classification", "regression"}
-        ``"auto"``: classification when ``y`` holds two distinct values.
+    task : {"auto", "binary", "multiclass", "regression", "classification"}
+        As in :func:`evaluate_partition`.
     fractions : sequence of 3 float
         Relative shares of patients in train, validation and test.
     random_state : int or None
@@ -254,10 +287,10 @@ def outer_partition(
     y_arr = np.asarray(y)
     yv, task, _ = _check_target(y_arr, y_arr.shape[0] if y_arr.ndim == 1 else -1, task)
     g = check_groups(groups, yv.shape[0])
-    return patient_partition(yv, g, task, check_fractions(fractions), _check_seed(random_state))
+    return _partition(yv, g, task, check_fractions(fractions), _check_seed(random_state))
 
 
-def _check_partition(partition: Any, n: int, g: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, ...]:
+def _check_partition(partition: Any, n: int, g: np.ndarray, y: np.ndarray, task: str) -> tuple[np.ndarray, ...]:
     try:
         parts = tuple(np.asarray(p) for p in partition)
     except TypeError as exc:
@@ -282,6 +315,10 @@ def _check_partition(partition: Any, n: int, g: np.ndarray, y: np.ndarray) -> tu
     for name, p in zip(("train", "validation", "test"), out):
         if np.unique(y[p]).size < 2:
             raise DataError(f"the {name} partition holds a constant target; the metrics are undefined there")
+        if task == MULTICLASS and np.unique(y[p]).size < int(y.max()) + 1:
+            absent = sorted(set(range(int(y.max()) + 1)) - set(np.unique(y[p]).tolist()))
+            raise DataError(f"the {name} partition lacks class code(s) {absent}; a multi-class task needs every "
+                            "class in every partition (its macro AUROC is undefined otherwise)")
     return tuple(out)
 
 
@@ -366,76 +403,20 @@ def reduce_dimensions(
     return Z, info
 
 
-# --------------------------------------------------------------------------- metrics on every resample
-
-
-def _scores(task: str, y: np.ndarray, pred: np.ndarray) -> tuple[float, float]:
-    """(primary, secondary) metric on one partition."""
-    if task == "classification":
-        return metric_score(y, pred, metric="auroc"), float(np.mean((pred >= 0.5) == (y == 1)))
-    return r2(y, pred), float(np.mean(np.abs(y - pred)))
-
-
-def _count_matrix(groups: np.ndarray, n_resamples: int, random_state: int) -> np.ndarray:
-    """Patient-grouped bootstrap resamples as counts: row r = how often each image was drawn."""
-    n = groups.shape[0]
-    counts = np.zeros((n_resamples, n))
-    draws = resample_indices(n, n_resamples=n_resamples, groups=groups, random_state=random_state)
-    for r, idx in enumerate(draws):
-        counts[r] = np.bincount(idx, minlength=n)
-    return counts
-
-
-def _weighted_auroc(y: np.ndarray, score: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """AUROC on every resample at once (Mann-Whitney with ties counted half).
-
-    Equals :func:`crslib.stats.auroc` on the resampled rows: a row drawn c
-    times counts c times in every pair. NaN where a resample has one class.
-    """
-    order = np.argsort(score, kind="stable")
-    s, pos_mask = score[order], y[order] == 1
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
-    c = counts[:, order]
-    pos = np.add.reduceat(np.where(pos_mask, c, 0.0), starts, axis=1)
-    neg = np.add.reduceat(np.where(pos_mask, 0.0, c), starts, axis=1)
-    below = np.cumsum(neg, axis=1) - neg
-    num = np.einsum("ru,ru->r", pos, below + 0.5 * neg)
-    den = pos.sum(axis=1) * neg.sum(axis=1)
-    out = np.full(counts.shape[0], np.nan)
-    np.divide(num, den, out=out, where=den > 0)
-    return out
-
-
-def _weighted_r2(y: np.ndarray, pred: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """R^2 on every resample at once (equals R^2 on the resampled rows)."""
-    w = counts.sum(axis=1)
-    mean = counts @ y / w
-    ss_tot = counts @ (y * y) - w * mean * mean
-    ss_res = counts @ ((y - pred) ** 2)
-    out = np.full(counts.shape[0], np.nan)
-    ok = ss_tot > 1e-12 * np.maximum(1.0, counts @ (y * y))
-    out[ok] = 1.0 - ss_res[ok] / ss_tot[ok]
-    return out
-
-
-def _resampled_primary(task: str, y: np.ndarray, pred: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    if task == "classification":
-        return _weighted_auroc(y, pred, counts)
-    return _weighted_r2(y, pred, counts)
-
-
 # --------------------------------------------------------------------------- one partition
 
 
 def _add_scores(table: pd.DataFrame, part: str, task: str, y: np.ndarray, preds: dict[str, np.ndarray],
                 samples: dict[str, np.ndarray], confidence: float) -> None:
-    """Add ``{part}_score``, ``_low``, ``_high`` (primary metric) and ``_secondary`` columns in place."""
+    """Add ``{part}_score``, ``_low``, ``_high`` (primary metric), ``_secondary`` and ``_undefined`` columns in place."""
     names = table["candidate"].tolist()
-    point = [_scores(task, y, preds[c]) for c in names]
-    low, high, _ = stats.percentile_interval(np.column_stack([samples[c] for c in names]), confidence)
+    point = [partition_scores(task, y, preds[c]) for c in names]
+    low, high, undefined = stats.percentile_interval(np.column_stack([samples[c] for c in names]), confidence)
     table[f"{part}_score"] = [p[0] for p in point]
     table[f"{part}_low"], table[f"{part}_high"] = low, high
     table[f"{part}_secondary"] = [p[1] for p in point]
+    # resamples without every class leave the metric undefined: out of the interval, and counted here
+    table[f"{part}_undefined"] = undefined.astype(int)
 
 
 def _union_verdict(diffs: np.ndarray, gain: float, confidence: float) -> dict[str, Any]:
@@ -475,11 +456,11 @@ def _fit_candidates(
         reduced[name] = Z
         reduction.append({"encoder": name, "n_features": info["n_features"], "n_components": info["n_components"],
                           "explained_variance": info["explained_variance"], "n_train": info["n_train"]})
-        for head in heads:
-            pred, param, inner = fit_head(head, Z, y, tr, folds, task, seed)
-            cand = f"{name}/{head}"
+        for head_name in heads:
+            pred, param, inner = _head(head_name, Z, y, tr, folds, task, seed)
+            cand = f"{name}/{head_name}"
             preds[cand] = pred
-            rows.append({"candidate": cand, "encoder": name, "head": head, "members": name,
+            rows.append({"candidate": cand, "encoder": name, "head": head_name, "members": name,
                          "n_features": Z.shape[1], "param": param, "inner_score": inner})
 
     def val_score(cand: str) -> float:
@@ -493,7 +474,7 @@ def _fit_candidates(
         ranked = sorted(X, key=lambda name: -np.nan_to_num(best_by_encoder[name], nan=-np.inf))
         union_members = ranked[:k_union]
         Zu = np.hstack([reduced[m] for m in union_members])
-        pred, param, inner = fit_linear_head(Zu, y, tr, folds, task)
+        pred, param, inner = _linear_head(Zu, y, tr, folds, task)
         cand = f"{UNION}/linear"
         preds[cand] = pred
         rows.append({"candidate": cand, "encoder": UNION, "head": "linear", "members": "+".join(union_members),
@@ -510,8 +491,8 @@ def _select(table: pd.DataFrame, preds: dict[str, np.ndarray], y: np.ndarray, g:
     gain over the best single candidate is paired.
     """
     names = table["candidate"].tolist()
-    counts_val = _count_matrix(g[va], n_resamples, seed)
-    val_samples = {c: _resampled_primary(task, y[va], preds[c][va], counts_val) for c in names}
+    counts_val = count_matrix(g[va], n_resamples, seed)
+    val_samples = {c: resampled_primary(task, y[va], preds[c][va], counts_val) for c in names}
     _add_scores(table, "val", task, y[va], {c: p[va] for c, p in preds.items()}, val_samples, confidence)
     table["val_rank"] = table["val_score"].rank(ascending=False, method="first", na_option="bottom").astype(int)
 
@@ -541,8 +522,8 @@ def _test_comparisons(table: pd.DataFrame, preds: dict[str, np.ndarray], y: np.n
                       seed: int) -> pd.DataFrame:
     """After the selection: test scores (added to ``table``) and the paired comparisons with the selected one."""
     names = table["candidate"].tolist()
-    counts_test = _count_matrix(g[te], n_resamples, seed)
-    test_samples = {c: _resampled_primary(task, y[te], preds[c][te], counts_test) for c in names}
+    counts_test = count_matrix(g[te], n_resamples, seed)
+    test_samples = {c: resampled_primary(task, y[te], preds[c][te], counts_test) for c in names}
     _add_scores(table, "test", task, y[te], {c: p[te] for c, p in preds.items()}, test_samples, confidence)
     table["selected"] = table["candidate"] == selected
 
@@ -581,10 +562,10 @@ def _evaluate(
     """The workflow on one checked partition: candidates, selection on validation, then the test."""
     tr, va, te = parts
     seed_cv, seed_model, seed_val, seed_test = (int(s) for s in np.random.SeedSequence(random_state).generate_state(4))
-    folds = inner_folds(y[tr], g[tr], task, inner_splits, seed_cv)
+    inner = _folds(y[tr], g[tr], task, inner_splits, seed_cv)
     metric, secondary = METRIC_NAMES[task]
     rows, preds, reduction, union_members = _fit_candidates(
-        X, y, task, tr, va, folds, heads=heads, n_components=n_components, union_size=union_size, seed=seed_model)
+        X, y, task, tr, va, inner, heads=heads, n_components=n_components, union_size=union_size, seed=seed_model)
     table = pd.DataFrame(rows)
     selected, union = _select(table, preds, y, g, va, task, union_members, union_size=union_size, n_encoders=len(X),
                               n_resamples=n_resamples, confidence=confidence, seed=seed_val)
@@ -652,6 +633,11 @@ def evaluate_partition(
       ``alpha=1e-3``, ``max_iter=200``, no early stopping, fixed settings (no
       inner CV); regression targets are standardised on the training rows.
 
+    For a multi-class task every head predicts one probability per class
+    (multinomial logistic regression, the class shares among the k nearest
+    rows, an MLP classifier; ``predictions`` hold (n_images, k) arrays) and
+    the inner CV and the selection use the macro one-vs-rest AUROC.
+
     The inner CV uses ``inner_splits`` patient-grouped folds
     (``StratifiedGroupKFold`` for classification, ``GroupKFold`` for
     regression), the same for every encoder; with fewer patients than folds
@@ -663,14 +649,23 @@ def evaluate_partition(
         Precomputed embeddings per encoder, rows aligned across encoders.
     y : array-like of shape (n_images,)
         A binary label (two distinct values; the second in sorted order is
-        the positive class) or a continuous target. Multi-class labels are
-        not supported: binarise them (one class against the rest).
+        the positive class), a multi-class label (three or more classes,
+        coded 0 .. k-1 in sorted order) or a continuous target.
     groups : array-like of shape (n_images,)
         Patient id per image (``None``: every image is its own patient).
-    task : {"auto", "classification", "regression"}
-        ``"auto"``: classification when ``y`` holds two distinct values.
-        Classification is scored by AUROC (primary, used for selection) and
-        accuracy at 0.5; regression by R^2 (primary) and mean absolute error.
+    task : {"auto", "binary", "multiclass", "regression", "classification"}
+        ``"auto"`` guesses from ``y``: two distinct values are a binary task;
+        text, or integers with 3 to :data:`MAX_CLASSES` (20) distinct values,
+        a multi-class task; other numbers (floats, or integers with more
+        values) a regression task. ``"classification"`` means binary or
+        multi-class by the number of classes. A binary task is scored by
+        AUROC (primary, used for selection) and accuracy at 0.5 and is
+        recorded as ``task="classification"``; a multi-class task by the
+        macro one-vs-rest AUROC of the class probabilities and the balanced
+        accuracy of their argmax (``task="multiclass"``); regression by R^2
+        (primary) and mean absolute error. A bootstrap resample without
+        every class leaves the primary metric undefined: it is left out of
+        the interval and counted in ``val_undefined`` / ``test_undefined``.
     heads : sequence of str
         Subset of :data:`HEADS`.
     n_components : int
@@ -723,29 +718,15 @@ def evaluate_partition(
     opts = _check_options(heads, n_components, union_size, fractions, inner_splits, n_resamples, confidence,
                           random_state)
     if partition is None:
-        parts = patient_partition(yv, g, task, opts.pop("fractions"), opts["random_state"])
+        parts = _partition(yv, g, task, opts.pop("fractions"), opts["random_state"])
     else:
         opts.pop("fractions")
-        parts = _check_partition(partition, n, g, yv)
+        parts = _check_partition(partition, n, g, yv, task)
     with one_blas_thread():
         return _evaluate(X, yv, g, task, parts, classes=classes, **opts)
 
 
 # --------------------------------------------------------------------------- repeated partitions
-
-
-def _mean_spearman(matrix: np.ndarray) -> float:
-    """Mean Spearman correlation between the rows of a (partitions x encoders) score matrix."""
-    from scipy.stats import rankdata
-
-    if matrix.shape[0] < 2 or matrix.shape[1] < 2:
-        return float("nan")
-    ranks = rankdata(matrix, axis=1)
-    values = []
-    for a, b in combinations(range(ranks.shape[0]), 2):
-        if np.ptp(ranks[a]) > 0 and np.ptp(ranks[b]) > 0:
-            values.append(float(np.corrcoef(ranks[a], ranks[b])[0, 1]))
-    return float(np.mean(values)) if values else float("nan")
 
 
 def representation_risk(
@@ -813,13 +794,13 @@ def representation_risk(
     with one_blas_thread():
         for i in tqdm(range(n_partitions), desc="representation risk", unit="partition",
                       disable=not progress_enabled(progress), leave=False):
-            parts = patient_partition(yv, g, task, fractions_, seed + i)
+            parts = _partition(yv, g, task, fractions_, seed + i)
             results.append(_evaluate(X, yv, g, task, parts, classes=classes, random_state=seed + i, partition=i,
                                      **opts))
             log.info("partition %d: selected %s", i, results[-1].selected)
 
-    all_partitions, spread, selection_counts = _spread_and_selection(results, list(X))
-    rank_stability, rank_correlation = _rank_stability(results, list(X))
+    all_partitions, spread, selection_counts = spread_and_selection(results, list(X))
+    ranks, rank_correlation = rank_stability(results, list(X))
     metric, secondary = METRIC_NAMES[task]
     settings = {"heads": list(opts["heads"]), "n_components": opts["n_components"], "union_size": opts["union_size"],
                 "fractions": list(fractions_), "n_partitions": n_partitions, "inner_splits": opts["inner_splits"],
@@ -828,53 +809,6 @@ def representation_risk(
                 "classes": None if classes is None else [str(c) for c in classes]}
     return RiskResult(
         primary=results[0], partitions=results, all_partitions=all_partitions, spread=spread,
-        selection_counts=selection_counts, rank_stability=rank_stability, rank_correlation=rank_correlation,
+        selection_counts=selection_counts, rank_stability=ranks, rank_correlation=rank_correlation,
         task=task, metric=metric, secondary_metric=secondary, settings=settings,
     )
-
-
-def _spread_and_selection(results: list[PartitionResult],
-                          encoders: list[str]) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """Every partition's candidates, each candidate's test-score spread, and how often each encoder was selected."""
-    n_partitions = len(results)
-    all_partitions = pd.concat([r.candidates.assign(partition=r.partition) for r in results], ignore_index=True)
-    all_partitions = all_partitions[["partition"] + [c for c in all_partitions.columns if c != "partition"]]
-    spread = all_partitions.groupby("candidate", sort=False).agg(
-        encoder=("encoder", "first"), head=("head", "first"), val_mean=("val_score", "mean"),
-        mean=("test_score", "mean"), sd=("test_score", "std"), min=("test_score", "min"),
-        max=("test_score", "max"), n_partitions=("test_score", "size"), times_selected=("selected", "sum"),
-    ).reset_index()
-    spread["times_selected"] = spread["times_selected"].astype(int)
-
-    encoders = encoders + ([UNION] if any(r.union["evaluated"] for r in results) else [])
-    chosen = pd.Series([r.selected_row["encoder"] for r in results])
-    counts = [int((chosen == e).sum()) for e in encoders]
-    selection_counts = pd.DataFrame({"encoder": encoders, "count": counts,
-                                     "share": [c / n_partitions for c in counts]})
-    return all_partitions, spread, selection_counts
-
-
-def _rank_stability(results: list[PartitionResult], encoders: list[str]) -> tuple[pd.DataFrame, dict[str, float]]:
-    """The encoders' ranks over partitions, and the mean rank correlation between partitions."""
-    from scipy.stats import rankdata
-
-    # each encoder scored by its validation-best head (its test score is that head's: no test-based choice)
-    val_m = np.empty((len(results), len(encoders)))
-    test_m = np.empty((len(results), len(encoders)))
-    for i, r in enumerate(results):
-        single = r.candidates[r.candidates["encoder"] != UNION]
-        for j, name in enumerate(encoders):
-            rows = single[single["encoder"] == name]
-            best = rows.iloc[int(np.nanargmax(rows["val_score"].to_numpy()))] if rows["val_score"].notna().any() \
-                else rows.iloc[0]
-            val_m[i, j], test_m[i, j] = best["val_score"], best["test_score"]
-    val_rank = rankdata(-np.nan_to_num(val_m, nan=-np.inf), axis=1, method="min")
-    test_rank = rankdata(-np.nan_to_num(test_m, nan=-np.inf), axis=1, method="min")
-    rank_stability = pd.DataFrame({
-        "encoder": encoders,
-        "mean_val_rank": val_rank.mean(axis=0),
-        "mean_test_rank": test_rank.mean(axis=0),
-        "share_first_val": (val_rank == 1).mean(axis=0),
-        "share_first_test": (test_rank == 1).mean(axis=0),
-    })
-    return rank_stability, {"validation": _mean_spearman(val_m), "test": _mean_spearman(test_m)}

@@ -15,8 +15,10 @@ import pandas as pd
 
 from crslib._validation import check_count, check_fractions, check_groups
 from crslib.errors import DataError, InputError
-from crslib.risk import _check_target
-from crslib.splits import MIN_PATIENTS, min_patients, patient_partition
+from crslib.risk import TASK_TYPES, _check_target
+from crslib.risk_multiclass import class_patients, partition
+from crslib.risk_scores import MULTICLASS
+from crslib.splits import MIN_PATIENTS, min_patients
 
 __all__ = ["task_need"]
 
@@ -37,16 +39,18 @@ def task_need(
     n_partitions: int = 1,
     random_state: int = 0,
     name: str = "y",
+    task: str = "auto",
 ) -> str | None:
     """Why :func:`crslib.risk.representation_risk` cannot run on a target, as one sentence; None when it can.
 
     The checks of the workflow, made before any model is fitted, so that a
     chapter or a command can skip one target and go on with the others: the
-    target needs two classes (a binary label, numbers or text) or a varying
-    number (a regression target); a text target with more than two classes
-    is a multi-class task, which the workflow does not support yet; and the
-    patients must fill every patient-grouped train / validation / test
-    partition, with both classes in each for a classification target (the
+    target needs two classes (a binary label, numbers or text), three or
+    more classes (a multi-class label: text, or integers with at most
+    :data:`crslib.risk.MAX_CLASSES` values) or a varying number (a
+    regression target); and the patients must fill every patient-grouped
+    train / validation / test partition, with every class in each for a
+    classification target, so each class needs enough patients (the
     partitions of seeds ``random_state`` to ``random_state + n_partitions
     - 1`` are drawn, as :func:`crslib.risk.representation_risk` draws them). Rows with
     a missing target are not counted: drop them before running the
@@ -64,6 +68,8 @@ def task_need(
         The partitions :func:`crslib.risk.representation_risk` will draw.
     name : str
         The target's name in the sentence (e.g. its manifest column).
+    task : {"auto", "binary", "multiclass", "regression", "classification"}
+        The task type, as :func:`crslib.risk.representation_risk` takes it.
 
     Returns
     -------
@@ -74,15 +80,17 @@ def task_need(
     Raises
     ------
     InputError
-        ``groups`` does not hold one patient id per image, or bad
-        ``fractions``.
+        ``groups`` does not hold one patient id per image, bad
+        ``fractions`` or an unknown ``task``.
 
     Examples
     --------
     >>> task_need(np.tile(["cat", "dog"], 20), groups=np.arange(40), name="label") is None
     True
-    >>> task_need(np.tile(["a", "b", "c"], 10), groups=np.arange(30), name="source")
-    "`source` has 3 classes ('a', 'b', 'c'); multi-class targets are not supported yet: binarise it (one class against the rest) to run it"
+    >>> task_need(np.tile(["a", "b", "c"], 10), groups=np.arange(30), name="source") is None
+    True
+    >>> task_need(np.r_[np.tile(["a", "b"], 10), ["c", "c"]], groups=np.arange(22), name="source")
+    '`source` needs at least 4 patients of each class so that train, validation and test (60/20/20 % of patients) all hold every class; it has a: 10, b: 10, c: 2'
     >>> task_need(np.r_[np.zeros(30), np.ones(3)], groups=np.arange(33), name="finding_x")
     '`finding_x` needs at least 4 patients of each class so that train, validation and test (60/20/20 % of patients) all hold both; it has 0: 30, 1: 3'
     """
@@ -92,6 +100,8 @@ def task_need(
     g_all = check_groups(groups, len(values))
     f = check_fractions(fractions)
     n_partitions = check_count(n_partitions, "n_partitions")
+    if task not in TASK_TYPES + ("classification",):
+        raise InputError(f"unknown task {task!r}; choose {', '.join(repr(t) for t in TASK_TYPES)}")
     known = values.notna().to_numpy()
     if not known.any():
         return f"`{name}` has no values (every row is empty); fill it to run it"
@@ -100,39 +110,45 @@ def task_need(
         levels = np.unique(values.to_numpy())
     except TypeError:
         return f"`{name}` mixes numbers and text; use one type to run it"
-    kind = pd.api.types.infer_dtype(values, skipna=True)
-    numeric = kind in ("integer", "floating", "mixed-integer-float", "decimal")
     if levels.size < 2:
         return f"`{name}` has a single value ({_value_text(levels[0])}); it needs two classes or a varying number"
-    if levels.size > 2 and not numeric:
-        shown = ", ".join(_value_text(v) for v in levels[:5]) + (", ..." if levels.size > 5 else "")
-        return (f"`{name}` has {levels.size} classes ({shown}); multi-class targets are not supported yet: "
-                "binarise it (one class against the rest) to run it")
-    task = "classification" if levels.size == 2 else "regression"
     try:
-        yv, _, classes = _check_target(values.to_numpy(), len(values), task)
+        yv, task, classes = _check_target(values.to_numpy(), len(values), task)
     except InputError as exc:
         return f"`{name}` cannot be used: {exc}"
     shares = "/".join(f"{100 * v / sum(f):.0f}" for v in f) + " % of patients"
-    patients, inverse = np.unique(g, return_inverse=True)
+    patients = np.unique(g)
     need = max(min_patients(f), MIN_PATIENTS)
     if patients.size < need:
         return (f"`{name}` is known for {patients.size} patients; the train, validation and test partitions "
                 f"({shares}) need at least {need}")
-    if task == "classification":
-        patient_label = np.zeros(patients.size, dtype=np.int64)
-        np.maximum.at(patient_label, inverse.ravel(), yv)
-        counts = [int((patient_label == c).sum()) for c in (0, 1)]
-        per_class = min_patients(f)
-        if min(counts) < per_class:
-            held = ", ".join(f"{_value_text(c, quote=False)}: {n}" for c, n in zip(classes, counts))
-            return (f"`{name}` needs at least {per_class} patients of each class so that train, validation and "
-                    f"test ({shares}) all hold both; it has {held}"
-                    + (f" (a patient counts as {_value_text(classes[1])} when any of their images is)"
-                       if patients.size < len(values) else ""))
+    if task != "regression":
+        reason = _class_shortfall(yv, g, task, classes, min_patients(f), shares, len(values))
+        if reason:
+            return f"`{name}` {reason}"
     for i in range(n_partitions):
         try:
-            patient_partition(yv, g, task, f, random_state + i)
+            partition(yv, g, task, f, random_state + i)
         except DataError as exc:
             return f"`{name}` does not fill partition {i + 1} of {n_partitions}: {exc}"
     return None
+
+
+def _class_shortfall(y: np.ndarray, g: np.ndarray, task: str, classes: list[Any], per_class: int, shares: str,
+                     n_rows: int) -> str | None:
+    """Which classes have too few patients to be in every partition (the end of a sentence), or None."""
+    if task == MULTICLASS:
+        counts = class_patients(y, g)[0].sum(axis=0)
+        rule = "counts for every class among their images"
+    else:
+        patients, inverse = np.unique(g, return_inverse=True)
+        patient_label = np.zeros(patients.size, dtype=np.int64)
+        np.maximum.at(patient_label, inverse.ravel(), y)
+        counts = np.bincount(patient_label, minlength=len(classes))
+        rule = f"counts as {_value_text(classes[1])} when any of their images is"
+    if counts.min() >= per_class:
+        return None
+    held = ", ".join(f"{_value_text(c, quote=False)}: {int(n)}" for c, n in zip(classes, counts))
+    return (f"needs at least {per_class} patients of each class so that train, validation and test ({shares}) "
+            f"all hold {'both' if task != MULTICLASS else 'every class'}; it has {held}"
+            + (f" (a patient {rule})" if np.unique(g).size < n_rows else ""))

@@ -25,7 +25,7 @@ import pandas as pd
 from crslib._io import atomic_write_text, json_ready
 from crslib.errors import InputError
 
-__all__ = ["LOOKAGAIN_FACTS", "PartitionResult", "RiskResult", "stability_table"]
+__all__ = ["LOOKAGAIN_FACTS", "PartitionResult", "RiskResult", "stability_table", "task_type"]
 
 #: Facts about the public LOOKAGAIN-ML software, quoted as its own settings.
 LOOKAGAIN_FACTS: dict[str, Any] = {
@@ -36,6 +36,17 @@ LOOKAGAIN_FACTS: dict[str, Any] = {
     "cka": "linear CKA on 400 training samples",
     "feature_union": "only through nested validation selection",
 }
+
+
+def task_type(task: str) -> str:
+    """The task type a result's ``task`` stands for (a binary task is recorded as ``"classification"``).
+
+    Examples
+    --------
+    >>> task_type("classification"), task_type("multiclass")
+    ('binary', 'multiclass')
+    """
+    return "binary" if task == "classification" else task
 
 
 @dataclass
@@ -54,9 +65,12 @@ class PartitionResult:
         are fixed), ``val_score``, ``val_low``, ``val_high``,
         ``val_secondary``, ``val_rank`` (1 = best on validation),
         ``test_score``, ``test_low``, ``test_high``, ``test_secondary`` and
-        ``selected``. ``*_score`` is the primary metric (AUROC or R^2),
-        ``*_low``/``*_high`` its percentile interval from a patient-grouped
-        bootstrap, ``*_secondary`` accuracy at 0.5 or mean absolute error.
+        ``selected``. ``*_score`` is the primary metric (AUROC, macro
+        one-vs-rest AUROC or R^2), ``*_low``/``*_high`` its percentile
+        interval from a patient-grouped bootstrap, ``*_undefined`` the
+        resamples left out of that interval because the metric is undefined
+        on them (a class absent), ``*_secondary`` accuracy at 0.5, balanced
+        accuracy or mean absolute error.
     selected : str
         The selected candidate (chosen on validation only).
     union : dict
@@ -76,10 +90,13 @@ class PartitionResult:
     train_idx, val_idx, test_idx : ndarray
         Row indices of the partitions.
     predictions : dict
-        Candidate -> prediction for every row (probability or value).
+        Candidate -> prediction for every row (probability, value, or an
+        (n_rows, k) array of class probabilities for a multi-class task).
     task, metric, secondary_metric : str
+        ``task`` is ``"classification"`` (binary), ``"multiclass"`` or
+        ``"regression"`` (see :attr:`task_type`).
     classes : list or None
-        The two label values (the second is the positive class).
+        The label values in code order (binary: the second is the positive class).
     partition : int
         Index of the partition in :func:`crslib.risk.representation_risk`.
     random_state : int
@@ -107,6 +124,11 @@ class PartitionResult:
     confidence: float = 0.95
 
     @property
+    def task_type(self) -> str:
+        """The task type that ran: ``"binary"``, ``"multiclass"`` or ``"regression"``."""
+        return task_type(self.task)
+
+    @property
     def selected_row(self) -> pd.Series:
         """The selected candidate's row of :attr:`candidates`."""
         return self.candidates.loc[self.candidates["candidate"] == self.selected].iloc[0]
@@ -117,6 +139,7 @@ class PartitionResult:
             "partition": self.partition,
             "random_state": self.random_state,
             "task": self.task,
+            "task_type": self.task_type,
             "metric": self.metric,
             "secondary_metric": self.secondary_metric,
             "classes": None if self.classes is None else [str(c) for c in self.classes],
@@ -161,6 +184,7 @@ class RiskResult:
         encoders' scores between every pair of partitions (NaN with one
         partition or fewer than two encoders).
     task, metric, secondary_metric : str
+        As in :class:`PartitionResult`.
     settings : dict
         The options of the run.
     """
@@ -178,6 +202,11 @@ class RiskResult:
     settings: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def task_type(self) -> str:
+        """The task type that ran: ``"binary"``, ``"multiclass"`` or ``"regression"``."""
+        return task_type(self.task)
+
+    @property
     def selected_test_scores(self) -> pd.Series:
         """The selected candidate's test score in each partition (the workflow's result)."""
         sel = self.all_partitions[self.all_partitions["selected"]]
@@ -188,6 +217,7 @@ class RiskResult:
         scores = self.selected_test_scores
         return json_ready(digits=4, obj={
             "task": self.task,
+            "task_type": self.task_type,
             "metric": self.metric,
             "secondary_metric": self.secondary_metric,
             "settings": self.settings,

@@ -91,6 +91,8 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "shortcut": ("audit", "shortcut"),
     "risk_results": ("risk",),
     "risk_needs": ("risk",),
+    "risk_scores": ("risk",),
+    "risk_multiclass": ("risk",),
     "_resample": ("stats",),
     "checklist_items": ("checklist",),
 }

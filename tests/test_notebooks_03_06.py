@@ -52,18 +52,19 @@ def _run(repo_root: Path, tmp_path: Path, key: str, **params) -> tuple[list[dict
 
 
 @pytest.mark.slow
-def test_chapter06_runs_the_usable_task_and_skips_the_others(repo_root: Path, tmp_path: Path) -> None:
+def test_chapter06_runs_the_usable_tasks_including_a_multiclass_one_and_skips_the_others(repo_root: Path, tmp_path: Path) -> None:
     data = write_labelled(tmp_path / "labelled")
     skips, results, text = _run(repo_root, tmp_path, "06", data=str(data), encoders=",".join(TWO_MODELS),
                                 tasks="label,source,age", n_partitions=1, n_resamples=50, n_components=16)
     reasons = {s["analysis"]: s["reason"] for s in skips}
-    assert set(reasons) == {"the source task", "the age task"}
-    assert "multi-class targets are not supported yet" in reasons["the source task"]
+    assert set(reasons) == {"the age task"}
     assert reasons["the age task"] == "the manifest has no `age` column; add one to run it"
     risk = json.loads((results / "risk_label.json").read_text(encoding="utf-8"))
     assert risk["task"] == "classification" and risk["settings"]["classes"] == ["microscopy", "photograph"]
-    assert "positive class <code>photograph</code>" in text and "the only task of this run" in text
-    assert not (results / "risk_source.json").exists()
+    assert "positive class <code>photograph</code>" in text
+    source = json.loads((results / "risk_source.json").read_text(encoding="utf-8"))
+    assert source["task_type"] == "multiclass" and len(source["settings"]["classes"]) == 16
+    assert "(multiclass, 16 classes:" in text
 
 
 @pytest.mark.slow

@@ -733,3 +733,17 @@ def test_effect_summary_skips_groups_with_one_level_without_stopping_or_warning(
     assert out.loc["policy", "max_abs_change"] == pytest.approx(0.3)
     assert out.loc["seed", "n_pairs"] == 0 and np.isnan(out.loc["seed", "mean_abs_change"])
     assert np.isnan(out.loc["seed", "mean_range"]) and np.isnan(out.loc["seed", "max_abs_change"])
+
+
+def test_protocol_tools_refuse_a_multiclass_label_naming_its_classes():
+    y = np.tile(["a", "b", "c", "d"], 25)
+    X = np.random.default_rng(0).normal(size=(100, 3))
+    with pytest.raises(InputError, match=r"has 4 classes"):
+        protocol.linear_probe(X, y, ["train"] * 80 + ["test"] * 20)
+    with pytest.raises(InputError, match=r"has 4 classes"):
+        protocol.repeated_partitions(X, y, groups=np.arange(100))
+    with pytest.raises(InputError, match=r"has 4 classes"):
+        protocol.protocol_splits(np.array(["train"] * 60 + ["val"] * 20 + ["test"] * 20), y, groups=np.arange(100))
+    # a missing label is not counted as a class
+    with pytest.raises(InputError, match="has 3 classes"):
+        protocol.linear_probe(X, np.tile(["a", "b", "c", None], 25), ["train"] * 80 + ["test"] * 20)

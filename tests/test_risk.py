@@ -497,7 +497,7 @@ def test_option_errors():
     with pytest.raises(InputError, match="union_size"):
         evaluate_partition(emb, y, groups=groups, union_size=1)
     with pytest.raises(InputError, match="binary target.*3 distinct"):
-        evaluate_partition(emb, np.arange(y.size) % 3, groups=groups, task="classification")
+        evaluate_partition(emb, np.arange(y.size) % 3, groups=groups, task="binary")
     with pytest.raises(InputError, match="reserved"):
         evaluate_partition({"union": emb["signal"]}, y, groups=groups)
     with pytest.raises(InputError, match="fractions"):
@@ -552,7 +552,8 @@ def test_target_checks_exact_messages_and_encoding():
     from crslib import risk
 
     assert _risk_message(risk._check_target, [0, 1], 2, "ranking") == (
-        "unknown task 'ranking'; choose 'auto', 'classification', 'regression'")
+        "unknown task 'ranking'; choose 'auto', 'binary', 'multiclass', 'regression' (or 'classification': binary "
+        "or multi-class by the number of classes)")
     assert _risk_message(risk._check_target, np.ones((2, 2)), 2, "auto") == (
         "y must be a 1-D array with one value per image, got shape (2, 2)")
     assert _risk_message(risk._check_target, [0, 1, 1], 2, "auto") == (
@@ -563,16 +564,16 @@ def test_target_checks_exact_messages_and_encoding():
         "y mixes values that cannot be compared (")
     assert _risk_message(risk._check_target, ["b", "b"], 2, "auto") == (
         "y is constant (every value is 'b'): there is nothing to predict")
-    assert _risk_message(risk._check_target, [0, 1, 2], 3, "classification") == (
-        "task='classification' needs a binary target, but y has 3 distinct values; binarise it (one class against "
-        "the rest) or use task='regression' for a continuous target")
+    assert _risk_message(risk._check_target, [0, 1, 2], 3, "binary") == (
+        "task='binary' needs a binary target, but y has 3 distinct values; use task='multiclass' for a label with "
+        "more classes or task='regression' for a continuous target")
     assert _risk_message(risk._check_target, ["a", "b", "c"], 3, "regression").startswith(
         "task='regression' needs a numeric target; y cannot be read as numbers (")
     assert _risk_message(risk._check_target, [0.0, np.inf, 1.0], 3, "regression") == (
         "y holds infinite values; a regression target must be finite")
     y, task, classes = risk._check_target(["no", "yes", "no"], 3, "auto")
     assert y.tolist() == [0, 1, 0] and task == "classification" and classes == ["no", "yes"]
-    y, task, classes = risk._check_target([1, 2, 3], 3, "auto")
+    y, task, classes = risk._check_target([1.0, 2.0, 3.0], 3, "auto")
     assert y.dtype == np.float64 and task == "regression" and classes is None
     y, task, _ = risk._check_target([2, 5], 2, "regression")
     assert y.tolist() == [2.0, 5.0] and task == "regression"
@@ -615,7 +616,7 @@ def test_task_need_accepts_text_binary_numeric_and_regression_targets():
     assert task_need(text, groups=groups, name="label") is None
     assert task_need(np.repeat(np.tile([0, 1], 20), 2), groups=groups) is None
     assert task_need(np.linspace(20, 80, 80), groups=groups, name="age") is None
-    # integer codes with more than two values are a number to predict (regression), as task="auto" decides
+    # integer codes with 3 to MAX_CLASSES values are a multi-class task, as task="auto" decides
     assert task_need(np.arange(80) % 5, groups=groups) is None
     # a text target that passes is one representation_risk runs on, text classes included
     rng = np.random.default_rng(0)
@@ -630,12 +631,10 @@ def test_task_need_sentences_for_unusable_targets():
     from crslib.risk_needs import task_need
 
     groups = np.arange(30)
-    assert task_need(np.tile(["a", "b", "c"], 10), groups=groups, name="source") == (
-        "`source` has 3 classes ('a', 'b', 'c'); multi-class targets are not supported yet: binarise it "
-        "(one class against the rest) to run it")
     many = np.array([f"s{i % 16:02d}" for i in range(30)], dtype=object)
     assert task_need(many, groups=groups, name="source").startswith(
-        "`source` has 16 classes ('s00', 's01', 's02', 's03', 's04', ...); multi-class")
+        "`source` needs at least 4 patients of each class so that train, validation and test (60/20/20 % of "
+        "patients) all hold every class; it has s00: 2, s01: 2,")
     assert task_need(np.full(30, 1.0), groups=groups, name="label") == (
         "`label` has a single value (1); it needs two classes or a varying number")
     assert task_need(np.full(30, "x", dtype=object), groups=groups, name="label") == (
@@ -702,9 +701,10 @@ def test_task_need_sentences_name_what_the_target_lacks():
     assert task_need([1, "a"] * 20, groups=g) == "`y` mixes numbers and text; use one type to run it"  # default name
     assert task_need(list(np.tile([1, 2.5, 3], 14)[:40]), groups=g) is None  # ints and floats: a regression
     assert task_need([decimal.Decimal(i) for i in range(40)], groups=g) is None
-    five = task_need(np.tile(list("abcde"), 8), groups=g)
-    assert five.startswith("`y` has 5 classes ('a', 'b', 'c', 'd', 'e'); multi-class")
-    assert "('a', 'b', 'c', 'd', 'e', ...)" in task_need(np.tile(list("abcdef"), 7)[:40], groups=g)
+    assert task_need(np.tile(list("abcde"), 8), groups=g) is None  # a multi-class task, 8 patients per class
+    six = np.r_[np.tile(list("abcde"), 7), ["f"] * 5]  # the five f images belong to 2 patients
+    assert task_need(six, groups=np.r_[np.arange(35), [35, 35, 36, 36, 36]]).endswith(
+        "it has a: 7, b: 7, c: 7, d: 7, e: 7, f: 2 (a patient counts for every class among their images)")
     assert task_need(np.r_[np.zeros(37), np.ones(3)], groups=g, fractions=(0.5, 0.25, 0.25)) == (
         "`y` needs at least 4 patients of each class so that train, validation and test (50/25/25 % of patients) "
         "all hold both; it has 0: 37, 1: 3")
