@@ -95,6 +95,15 @@ containing ``&`` or ``#`` can be written with ``%26`` / ``%23``.
     :func:`load_public_encoder`: ``public:efficientnet_lite0``,
     ``public:open_nsfw?size=64``.
 
+``hf:MODEL_ID_OR_FOLDER[?pooling=cls|mean|pooler|image&size=INT&init=random&seed=INT]``
+    A Hugging Face ``transformers`` vision model from a ``save_pretrained``
+    folder or a repo id in the local HF cache (never downloaded), e.g.
+    ``hf:facebook/dinov2-base``. ``open_clip:ARCH[?weights=PATH|pretrained=TAG]``
+    (``ARCH`` may be ``hf-hub:ORG/REPO`` or ``local-dir:FOLDER``): the image
+    tower of an OpenCLIP model. Both are loaded by
+    :mod:`crslib.models.ecosystem`, which documents the options and the
+    default pooling.
+
 Plain torch modules have no spec string: wrap them with
 :class:`~crslib.models.encoders.TorchEncoder`, e.g.
 ``TorchEncoder(model, name="zoo:simclr-seed0", preprocessing=Preprocessing(...))``.
@@ -155,9 +164,13 @@ SPEC_FORMS = (
     "onnx:PATH[#OUTPUT][?size=INT&mean=A,B,C&std=A,B,C&bgr=1&layout=nchw|nhwc&scale=255]",
     "zoo:NAME[@KEY]",
     "public:efficientnet_lite0|open_nsfw[?size=INT]",
+    "hf:MODEL_ID_OR_FOLDER[?pooling=cls|mean|pooler|image&size=INT&init=random&seed=INT]",
+    "open_clip:ARCH|hf-hub:ORG/REPO|local-dir:FOLDER[?weights=PATH|pretrained=TAG&size=INT&init=random&seed=INT]",
 )
 _TIMM_OPTIONS = ("seed", "weights", "pretrained", "size", "in_chans")
 _ONNX_OPTIONS = ("size", "mean", "std", "bgr", "layout", "scale")
+_HF_OPTIONS = ("pooling", "size", "init", "seed")
+_OPEN_CLIP_OPTIONS = ("weights", "pretrained", "size", "init", "seed")
 _WEIGHT_SUFFIXES = (".pth", ".pt", ".bin", ".safetensors")
 
 
@@ -237,6 +250,13 @@ def parse_spec(spec: str) -> ParsedSpec:
         if not name or "#" in name or not re.fullmatch(r"[A-Za-z0-9_.\-]+", name):
             raise ModelError(f"model spec {spec!r} has no valid timm model name; {_forms()}")
         return ParsedSpec("timm", name, None, _parse_options(opt_text, _TIMM_OPTIONS, spec))
+    if backend in ("hf", "open_clip"):
+        target, _, opt_text = rest.partition("?")
+        target = unquote(target.strip())
+        if not target or target in ("hf-hub:", "local-dir:"):
+            raise ModelError(f"model spec {spec!r} names no model; {_forms()}")
+        allowed = _HF_OPTIONS if backend == "hf" else _OPEN_CLIP_OPTIONS
+        return ParsedSpec(backend, target, None, _parse_options(opt_text, allowed, spec))
     if backend == "onnx":
         output = None
         if "#" in rest:
@@ -314,6 +334,14 @@ def load_encoder(spec: str) -> Encoder:
         return load_zoo_encoder(parsed.target)
     if parsed.backend == "public":
         return load_public_encoder(parsed.target)
+    if parsed.backend == "hf":
+        from crslib.models.ecosystem import load_hf_encoder  # transformers only when needed
+
+        return load_hf_encoder(parsed.target, parsed.options, spec=spec)
+    if parsed.backend == "open_clip":
+        from crslib.models.ecosystem import load_open_clip_encoder  # open_clip only when needed
+
+        return load_open_clip_encoder(parsed.target, parsed.options, spec=spec)
     return _load_onnx(parsed, spec)
 
 
@@ -365,6 +393,11 @@ def random_init_spec(spec: str) -> str | None:
         # Zoo names follow "{objective}-{architecture}-seed{seed}" (crslib.models.zoo.ZooModelSpec.make).
         match = re.fullmatch(r"[a-z_]+-(?P<arch>[a-z0-9_]+)-seed\d+(@\w+)?", parsed.target)
         return f"zoo:random_init-{match['arch']}-seed0" if match else None
+    if parsed.backend in ("hf", "open_clip"):
+        keep = {k: v for k, v in parsed.options.items() if k in ("size", "pooling")}
+        named_arch = parsed.backend == "open_clip" and not parsed.target.startswith(("hf-hub:", "local-dir:"))
+        keep.update({"seed": "0"} if named_arch else {"init": "random", "seed": "0"})
+        return _canonical(ParsedSpec(parsed.backend, parsed.target), keep)
     return None
 
 
@@ -388,6 +421,10 @@ def is_random_init(spec: str) -> bool:
         return not {"weights", "pretrained"} & set(parsed.options)
     if parsed.backend == "zoo":
         return parsed.target.startswith("random_init-")
+    if parsed.backend in ("hf", "open_clip"):
+        named_arch = parsed.backend == "open_clip" and not parsed.target.startswith(("hf-hub:", "local-dir:"))
+        return parsed.options.get("init", "").lower() == "random" or (
+            named_arch and not {"weights", "pretrained"} & set(parsed.options))
     return False
 
 
