@@ -605,6 +605,7 @@ def _search(
     client: Any,
     query_block: int | None,
     nprobe: int | None = None,
+    device: str | None = None,
 ) -> tuple[np.ndarray, dict, RecallResult | None]:
     start_time = time.perf_counter()
     _check_search_options(index, threshold, recall_sample, nprobe)
@@ -631,7 +632,7 @@ def _search(
     params = None
     if method == "exact":
         if client is None:
-            ids = knn_indices(Xw, k=k, metric=metric, exclude_groups=gcodes)
+            ids = knn_indices(Xw, k=k, metric=metric, exclude_groups=gcodes, device=device)
         else:
             # ~4 blocks per worker balance the load; blocks below 1,000 rows
             # would spend more on task overhead (each task rebuilds the flat
@@ -668,6 +669,7 @@ def knn_search(
     client: Any = None,
     query_block: int | None = None,
     nprobe: int | None = None,
+    device: str | None = None,
 ) -> tuple[np.ndarray, dict]:
     """k nearest neighbours of every row: exact up to a size, approximate (with measured recall) beyond.
 
@@ -706,6 +708,11 @@ def knn_search(
         :func:`approximate_knn_indices`); raise it when the measured recall
         is too low. The search time grows about in proportion. Ignored by
         the exact and HNSW searches.
+    device : str, optional
+        Where the exact search runs in this process (see :func:`knn_indices`:
+        a GPU gives the same neighbours as the CPU); None or "cpu" keeps the
+        CPU search. The approximate searches and the blocks sent to a
+        ``client`` run on the CPU.
 
     Returns
     -------
@@ -734,6 +741,6 @@ def knn_search(
     ids, info, _ = _search(
         X, k=k, metric=metric, exclude_groups=exclude_groups, index=index, threshold=threshold,
         recall_sample=recall_sample, random_state=random_state, client=client, query_block=query_block,
-        nprobe=nprobe,
+        nprobe=nprobe, device=device,
     )
     return ids, info

@@ -268,6 +268,7 @@ def compare_embeddings(
     models: Mapping[str, Mapping[str, Any]] | None = None,
     random_state: int = 0,
     scheduler: Any = None,
+    device: str | None = None,
 ) -> CompareResult:
     """Compare a successor model's embeddings with the old model's.
 
@@ -316,6 +317,9 @@ def compare_embeddings(
         :data:`crslib.agreement.APPROX_THRESHOLD` images they use an
         approximate index; ``search`` then holds each model's measured recall
         and ``overlap_error_bound`` the most the overlap can be off by.
+    device : str, optional
+        Where the exact neighbour searches run in this process
+        (:func:`crslib.ann.knn_search`); the neighbours are the same on every device.
 
     Returns
     -------
@@ -348,7 +352,8 @@ def compare_embeddings(
     with open_client(scheduler) as client:
         for role, X in roles.items():
             try:
-                neighbours[role], search[role] = knn_search(X, k=k, client=client, random_state=random_state)
+                neighbours[role], search[role] = knn_search(X, k=k, client=client, random_state=random_state,
+                                                            device=device)
             except InputError as exc:
                 raise InputError(f"{role} embeddings: {exc}") from exc
 

@@ -183,9 +183,16 @@ def _faiss_available() -> bool:
 class _Searcher:
     """Approximate-score candidate search (exact set, float32 scores)."""
 
-    def __init__(self, X: np.ndarray, metric: str, backend: str, batch_size: int | None):
+    def __init__(self, X: np.ndarray, metric: str, backend: str, batch_size: int | None, device: str = "cpu"):
         if backend not in BACKENDS:
             raise InputError(f"backend must be one of {BACKENDS}, got {backend!r}")
+        if device != "cpu":
+            if backend == "faiss":
+                raise InputError(
+                    f"backend='faiss' searches on the CPU; with device={device!r} use backend='torch' or 'auto'"
+                )
+            backend = "torch"  # matmul + top-k on the GPU
+        self.device = device
         if backend == "auto":
             backend = "faiss" if _faiss_available() else "torch"
         if backend == "faiss" and not _faiss_available():
@@ -201,7 +208,7 @@ class _Searcher:
             import torch
 
             self._torch = torch
-            self.Xt = torch.from_numpy(X)
+            self.Xt = torch.from_numpy(X).to(device)
             if metric == "euclidean":
                 self.sq = (self.Xt * self.Xt).sum(dim=1)
 
@@ -234,12 +241,12 @@ class _Searcher:
     def _torch_search(self, Q: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
         torch = self._torch
         with torch.no_grad():
-            q = torch.from_numpy(Q)
+            q = torch.from_numpy(Q).to(self.device)
             S = q @ self.Xt.T
             if self.metric == "euclidean":
                 S.mul_(2).sub_(self.sq[None, :]).sub_((q * q).sum(dim=1, keepdim=True))
             vals, ids = torch.topk(S, kk, dim=1, largest=True, sorted=True)
-        return vals.numpy(), ids.numpy().astype(np.int64, copy=False)
+        return vals.cpu().numpy(), ids.cpu().numpy().astype(np.int64, copy=False)
 
 
 def _rescore(X: np.ndarray, qids: np.ndarray, ids: np.ndarray, metric: str) -> np.ndarray:
@@ -346,6 +353,7 @@ def knn_indices(
     backend: str = "auto",
     return_similarity: bool = False,
     queries: Any = None,
+    device: str | None = None,
 ) -> np.ndarray | tuple[np.ndarray, np.ndarray]:
     """Exact k nearest neighbours of every row (or of some rows) among the other rows.
 
@@ -378,6 +386,13 @@ def knn_indices(
         ``Q x N`` instead of ``N x N`` (e.g. a sample for
         :func:`knn_recall`, or one shard of a distributed search). Default:
         all rows.
+    device : {"auto", "cpu", "cuda", "mps"}, optional
+        Where the candidate search runs (:func:`crslib.device.resolve_device`).
+        ``None`` or a device that resolves to the CPU: the CPU path above,
+        unchanged. A GPU: torch matmul + top-k on it (float32 matmul at
+        "highest" precision, no TF32), then the same float64 re-scoring and
+        tie rule on the CPU, so the neighbours are exactly those of the CPU
+        path (ties included). ``backend="faiss"`` with a GPU is an error.
 
     Returns
     -------
@@ -416,7 +431,7 @@ def knn_indices(
     k = check_k(k, n)
     gcodes = _group_codes(exclude_groups, n, k)
     qrows = np.arange(n, dtype=np.int64) if queries is None else _check_queries(queries, n)
-    searcher = _Searcher(Xw, metric, backend, batch_size)
+    searcher = _Searcher(Xw, metric, backend, batch_size, _search_device(device))
 
     # Per-query bound on the float32 error of the back-end's scores: a float32
     # dot product of length d errs by at most ~d * 2**-24 * |q| |x| in any
@@ -461,6 +476,14 @@ def knn_indices(
             out_sc = np.sqrt(np.maximum(-out_sc, 0)).astype(np.float32)
         return out_ids, out_sc
     return out_ids
+
+
+def _search_device(device: str | None) -> str:
+    if device is None:
+        return "cpu"
+    from crslib.device import resolve_device
+
+    return resolve_device(device)
 
 
 def _check_index_array(I: Any, name: str) -> np.ndarray:

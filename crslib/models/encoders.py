@@ -314,6 +314,14 @@ def _state_signature(state) -> tuple:
     return tuple(sig)
 
 
+def _module_device(module) -> str:
+    """Device of a module's first tensor (``"cpu"`` for a module without any)."""
+    for t in module.state_dict().values():
+        if hasattr(t, "device"):
+            return "cpu" if t.device.type == "cpu" else str(t.device)
+    return "cpu"
+
+
 def _state_dict_sha256(module) -> str:
     """SHA-256 of a module's state dict (names, dtypes, shapes, bytes),
     memoised per module until one of its tensors changes."""
@@ -366,6 +374,22 @@ class Encoder(abc.ABC):
     name: str
     preprocessing: Preprocessing
     backend: str = "abstract"
+    #: Where :meth:`encode` computes (set by :meth:`to`); never part of the fingerprint.
+    device: str = "cpu"
+    #: Mixed precision in :meth:`encode` (set by :meth:`to`); changes the numbers.
+    amp: bool = False
+
+    def to(self, device: str = "cpu", *, amp: bool = False) -> Encoder:
+        """Compute on ``device`` (see :func:`crslib.device.resolve_device`),
+        in mixed precision when ``amp``; returns the encoder. This base
+        backend computes on the CPU in full precision whatever is asked
+        (and logs so)."""
+        from crslib.device import resolve_device
+
+        dev = resolve_device(device)
+        if dev != "cpu" or amp:
+            log.warning("%s encoders run on the CPU in float32; ignoring device=%r amp=%r", self.backend, dev, amp)
+        return self
 
     @property
     @abc.abstractmethod
@@ -476,6 +500,47 @@ class TorchEncoder(Encoder):
         self._given_fingerprint = fingerprint
         self._given_signature = _state_signature(module.state_dict()) if fingerprint is not None else None
         self._dim: int | None = None
+        self.device = _module_device(module)
+        self.amp = False
+
+    def to(self, device: str = "cpu", *, amp: bool = False) -> TorchEncoder:
+        """Move the module to ``device`` and run :meth:`encode` there (batches
+        are moved too), under autocast when ``amp`` (float16 on a GPU,
+        bfloat16 on the CPU).
+
+        The fingerprint does not change: the weights are the same numbers on
+        any device. In float32, embeddings computed on a GPU equal the CPU's
+        up to rounding (other kernels, other summation order); the tolerance
+        crslib holds them to is a max absolute deviation of 1e-3 times the
+        largest absolute embedding value (``bench/bench_device.py`` checks
+        it where a GPU is present; TF32 is switched off while encoding, see
+        :func:`crslib.device.autocast`).
+        """
+        from crslib.device import resolve_device
+
+        dev = resolve_device(device)
+        if dev != self.device:
+            self._move_module(dev)
+        self.device = dev
+        self.amp = bool(amp)
+        return self
+
+    def _move_module(self, dev: str) -> None:
+        """``module.to(dev)`` keeping the weights' identity: a given or file
+        fingerprint that described the module still describes it (the
+        tensors' storage moved, their values did not)."""
+        before = _state_signature(self.module.state_dict())
+        held = [a for a in ("_given_signature", "_loaded_signature") if getattr(self, a, None) == before]
+        try:
+            memo = _STATE_HASHES.get(self.module)
+        except TypeError:
+            memo = None
+        self.module.to(dev)
+        after = _state_signature(self.module.state_dict())
+        for attr in held:
+            setattr(self, attr, after)
+        if memo is not None and memo[0] == before:
+            _STATE_HASHES[self.module] = (after, memo[1])
 
     @property
     def model(self):
@@ -503,11 +568,13 @@ class TorchEncoder(Encoder):
     def _forward(self, batch):
         import torch
 
+        from crslib.device import autocast
+
         was_training = self.module.training
         self.module.eval()
         try:
-            with torch.inference_mode():
-                out = self.module(batch)
+            with torch.inference_mode(), autocast(self.device, self.amp):
+                out = self.module(batch.to(self.device, non_blocking=True))
         finally:
             if was_training:
                 self.module.train()
@@ -520,6 +587,7 @@ class TorchEncoder(Encoder):
             raise ModelError(
                 f"model {self.name} must return (B, D) embeddings or (B, C, H, W) feature maps, got {shape}"
             )
+        out = out.float()  # a no-op in float32; pools autocast outputs in float32
         if out.ndim == 4:
             out = out.mean(dim=(2, 3))
         return out
@@ -569,13 +637,18 @@ class TimmEncoder(TorchEncoder):
 
 
 class OnnxEncoder(Encoder):
-    """An ONNX model run with onnxruntime (CPU); see :func:`load_encoder`."""
+    """An ONNX model run with onnxruntime; see :func:`load_encoder`.
+
+    On the CPU by default; :meth:`to` with a CUDA device uses onnxruntime's
+    ``CUDAExecutionProvider`` when the installed onnxruntime has it (the
+    ``onnxruntime-gpu`` package), else it stays on the CPU and logs why.
+    """
 
     backend = "onnx"
 
     def __init__(self, path: Path, output: str | None, *, name: str, options: dict[str, str]):
         import onnx
-        import onnxruntime as ort
+        import onnxruntime  # noqa: F401  (fail here, before parsing, when it is not installed)
 
         self.path = path
         self.name = name
@@ -659,6 +732,7 @@ class OnnxEncoder(Encoder):
         )
 
         self._model_bytes = model.SerializeToString()
+        self.providers = ["CPUExecutionProvider"]
         self.session = self._make_session()
         input_type = inputs[0].type.tensor_type.elem_type
         self._input_dtype = np.float16 if input_type == onnx.TensorProto.FLOAT16 else np.float32
@@ -677,7 +751,7 @@ class OnnxEncoder(Encoder):
         except Exception:  # noqa: BLE001
             pass
         try:
-            return ort.InferenceSession(self._model_bytes, so, providers=["CPUExecutionProvider"])
+            return ort.InferenceSession(self._model_bytes, so, providers=list(self.providers))
         except Exception as exc:  # noqa: BLE001
             raise ModelError(f"onnxruntime cannot run {self.path} (output {self.output!r}): {exc}") from None
 
@@ -690,7 +764,39 @@ class OnnxEncoder(Encoder):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        # a worker without the GPU provider runs the same graph on its CPU
+        available = _onnx_providers()
+        wanted = state.get("providers", ["CPUExecutionProvider"])
+        self.providers = [p for p in wanted if (p[0] if isinstance(p, tuple) else p) in available]
+        if len(self.providers) == 1:
+            self.device = "cpu"
         self.session = self._make_session()
+
+    def to(self, device: str = "cpu", *, amp: bool = False) -> OnnxEncoder:
+        """Run on ``device``: CUDA through onnxruntime's CUDA provider when it
+        is installed, otherwise (and for MPS) on the CPU, logged. ``amp`` is
+        ignored (the graph runs in its own precision), so :attr:`amp` stays
+        False and the cache key does not change."""
+        from crslib.device import resolve_device
+
+        dev = resolve_device(device)
+        wanted = ["CPUExecutionProvider"]
+        if dev.startswith("cuda"):
+            if "CUDAExecutionProvider" in _onnx_providers():
+                index = int(dev.partition(":")[2] or 0)
+                wanted = [("CUDAExecutionProvider", {"device_id": index}), "CPUExecutionProvider"]
+            else:
+                log.warning("onnxruntime has no CUDAExecutionProvider (install onnxruntime-gpu); "
+                            "running %s on the CPU", self.name)
+        elif dev != "cpu":
+            log.warning("onnxruntime has no provider for %s here; running %s on the CPU", dev, self.name)
+        if amp:
+            log.warning("amp does not apply to ONNX models; %s runs in its own precision", self.name)
+        if wanted != self.providers:
+            self.providers = wanted
+            self.session = self._make_session()
+        self.device = dev if len(wanted) > 1 else "cpu"
+        return self
 
     def _architecture(self) -> dict[str, Any]:
         import onnxruntime
@@ -735,6 +841,12 @@ class OnnxEncoder(Encoder):
         if self._dim is None:
             self._dim = int(out.shape[1])
         return np.ascontiguousarray(out, dtype=np.float32)
+
+
+def _onnx_providers() -> list[str]:
+    import onnxruntime as ort
+
+    return list(ort.get_available_providers())
 
 
 def _feature_candidates(graph, limit: int = 10) -> list[str]:

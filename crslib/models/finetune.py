@@ -26,6 +26,7 @@ import pandas as pd
 import crslib  # noqa: F401  (applies the torchvision import fix before torch/timm)
 from crslib._io import atomic_write_json, atomic_write_text, digest_of, file_sha256
 from crslib.config import cache_dir, progress_enabled
+from crslib.device import resolve_device
 from crslib.errors import DataError, InputError, ModelError
 from crslib.models._training import ZOO_THREADS, set_lr, training_context, warmup_cosine_lr
 from crslib.models.encoders import TorchEncoder
@@ -66,6 +67,7 @@ def finetune_classifier(
     batch_size: int = 64,
     cache_root: str | os.PathLike | None = None,
     progress: bool | None = None,
+    device: str | None = None,
 ) -> pd.DataFrame:
     """Fine-tune a whole encoder with a linear head; probabilities for every row.
 
@@ -101,6 +103,13 @@ def finetune_classifier(
         Default ``<crslib cache>``.
     progress : bool, optional
         A tqdm bar per epoch (default: when stderr is a terminal).
+    device : {"auto", "cpu", "cuda", "mps"}, optional
+        Where to train (:func:`crslib.device.resolve_device`); ``None``: the
+        CPU. Not part of the cache key: on the CPU the probabilities are
+        bit-for-bit those of a run without it; on a GPU they differ by
+        rounding, amplified by training (not measured here: no GPU on the
+        reference machine), and a cached result from either device is
+        reused.
 
     Returns
     -------
@@ -134,6 +143,7 @@ def finetune_classifier(
     from crslib.data import read_image
 
     train_mask, y_train, y_all = _finetune_labels(manifest, label_column, train_split, epochs, batch_size)
+    dev = "cpu" if device is None else resolve_device(device)
     encoder = load_encoder(spec)
     if not isinstance(encoder, TorchEncoder):
         raise ModelError(
@@ -161,6 +171,7 @@ def finetune_classifier(
     probs_np, final_loss = _train_and_predict(
         encoder, x_all, train_mask, y_train, spec=spec, epochs=int(epochs), seed=int(random_state), lr=float(lr),
         head_lr_mult=float(head_lr_mult), weight_decay=float(weight_decay), batch_size=int(batch_size), show=show,
+        device=dev,
     )
     seconds = time.perf_counter() - t0
     frame = _finetune_frame(manifest, y_all, probs_np, info, hit=False, seconds=seconds, final_loss=final_loss)
@@ -235,19 +246,23 @@ def _cached_probs(out_path: Path, card_path: Path, manifest: pd.DataFrame,
 
 def _train_and_predict(encoder: TorchEncoder, x_all, train_mask: np.ndarray, y_train: np.ndarray, *, spec: str,
                        epochs: int, seed: int, lr: float, head_lr_mult: float, weight_decay: float,
-                       batch_size: int, show: bool) -> tuple[np.ndarray, float | None]:
+                       batch_size: int, show: bool, device: str = "cpu") -> tuple[np.ndarray, float | None]:
     """Fine-tune a copy of the encoder's module with a one-output linear head
-    on the training rows, deterministically; return every row's probability
-    (float64) and the last epoch's mean loss."""
+    on the training rows, deterministically, on ``device``; return every
+    row's probability (float64) and the last epoch's mean loss. The head is
+    initialised on the CPU (same numbers on every device), then moved."""
     import torch
 
-    x_train = x_all[torch.from_numpy(train_mask.copy())]
-    t_train = torch.from_numpy(y_train)
+    from crslib.device import deterministic_gpu_setup
+
+    deterministic_gpu_setup(device)
+    x_train = x_all[torch.from_numpy(train_mask.copy())].to(device)
+    t_train = torch.from_numpy(y_train).to(device)
     with training_context(ZOO_THREADS):
         torch.manual_seed(seed)
-        backbone = copy.deepcopy(encoder.module)
+        backbone = copy.deepcopy(encoder.module).to(device)
         dim = encoder.embedding_dim
-        head = torch.nn.Linear(dim, 1)
+        head = torch.nn.Linear(dim, 1).to(device)
 
         def logits(x):
             z = backbone(x)
@@ -271,7 +286,8 @@ def _train_and_predict(encoder: TorchEncoder, x_all, train_mask: np.ndarray, y_t
         backbone.eval()
         head.eval()
         with torch.inference_mode():
-            probs = torch.cat([torch.sigmoid(logits(x_all[i:i + 256])) for i in range(0, x_all.shape[0], 256)])
+            probs = torch.cat([torch.sigmoid(logits(x_all[i:i + 256].to(device))).cpu()
+                               for i in range(0, x_all.shape[0], 256)])
     return probs.double().numpy(), final_loss
 
 

@@ -103,6 +103,7 @@ def resolve_models(
     zoo_preset: str | os.PathLike | Mapping[str, Any] = "quick",
     public_size: int | None = None,
     scheduler: Any = None,
+    device: str | None = None,
 ) -> Lineup:
     """Loadable specs for a chapter's model list, training the zoo only when it is asked for.
 
@@ -122,6 +123,9 @@ def resolve_models(
         (:func:`crslib.models.with_image_size`).
     scheduler : optional
         Where the zoo trains (:func:`crslib.models.zoo.train_zoo`).
+    device : str, optional
+        The device the zoo trains on (:func:`crslib.device.resolve_device`);
+        not part of a zoo model's cache key.
 
     Returns
     -------
@@ -152,7 +156,7 @@ def resolve_models(
         wanted = list(by_name) if ALL_ZOO in requested else []
         wanted += [n.split("@")[0] for n in zoo_names if n.split("@")[0] not in wanted]
         cards = train_zoo(load_data(zoo_data), preset=zoo_preset, specs=[by_name[n] for n in wanted],
-                          scheduler=scheduler)
+                          scheduler=scheduler, device=device)
     card_by_name = {str(c["name"]): c for _, c in cards.iterrows()}
     specs: dict[str, str] = {}
     for spec in requested:

@@ -110,8 +110,8 @@ class SimCLR(Objective):
         z = F.normalize(self.projector(self.encoder(norm(torch.cat([v1, v2])))), dim=1)
         n = x.shape[0]
         sim = z @ z.t() / float(self.hp["temperature"])
-        sim = sim.masked_fill(torch.eye(2 * n, dtype=torch.bool), float("-inf"))
-        target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)])
+        sim = sim.masked_fill(torch.eye(2 * n, dtype=torch.bool, device=sim.device), float("-inf"))
+        target = torch.cat([torch.arange(n, 2 * n), torch.arange(0, n)]).to(sim.device)
         return F.cross_entropy(sim, target)
 
 
@@ -198,7 +198,8 @@ class SimMIM(Objective):
         order = torch.argsort(torch.rand(n, gh * gw, generator=gen), dim=1)
         mask = torch.zeros(n, gh * gw)
         mask.scatter_(1, order[:, :k], 1.0)
-        mask = mask.view(n, 1, gh, gw).repeat_interleave(self.patch, 2).repeat_interleave(self.patch, 3)
+        # the draw stays on the CPU generator (the same mask on every device); only the mask moves
+        mask = mask.view(n, 1, gh, gw).repeat_interleave(self.patch, 2).repeat_interleave(self.patch, 3).to(xa.device)
         inp = xa * (1 - mask) + self.mask_value.view(1, 1, 1, 1) * mask
         rec = self.decoder(self.encoder.forward_features(inp))
         return ((rec - xa).abs() * mask).sum() / mask.sum().clamp(min=1.0)

@@ -134,26 +134,36 @@ def _data_hash(pool: _Pool, columns: list[str], labels: np.ndarray | None) -> st
 
 
 def _train_one(spec: crslib.models.zoo.ZooModelSpec, pool: _Pool, labels: np.ndarray | None, n_outputs: int,
-               show: bool) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Train one model; returns (encoder state dict, card fields)."""
+               show: bool, device: str = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
+    """Train one model on ``device`` (a resolved device string); returns
+    (encoder state dict on the CPU, card fields).
+
+    Everything random (initialisation, batch order, augmentation) is drawn on
+    the CPU from the same seeded generators whatever the device, and only
+    the normalised views enter the device, so on the CPU the weights are
+    bit-for-bit those of a run without ``device``; on a GPU they differ by
+    floating-point rounding (other kernels), which training can amplify.
+    """
     import torch
     from tqdm import tqdm
 
+    from crslib.device import deterministic_gpu_setup
     from crslib.models.objectives import _build_objective  # imports torch: only when training
 
     hp = spec.resolved_hparams()
     t0 = time.perf_counter()
     c0 = time.process_time()
+    deterministic_gpu_setup(device)
     with training_context(ZOO_THREADS):
         torch.manual_seed(spec.seed)
         encoder = build_encoder_module(spec.architecture)
         if spec.objective == "random_init":
             state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
-            spread, rank = _embedding_spread(encoder, pool)
+            spread, rank = _embedding_spread(encoder.to(device), pool)
             return state, {"initial_loss": None, "final_loss": None, "loss_curve": [], "steps": 0,
                            "wall_time_s": time.perf_counter() - t0, "cpu_time_s": time.process_time() - c0,
                            "embedding_spread": spread, "embedding_effective_rank": rank}
-        model = _build_objective(spec, encoder, n_outputs, pool.image_size)
+        model = _build_objective(spec, encoder, n_outputs, pool.image_size).to(device)
         gen = torch.Generator().manual_seed(spec.seed)
         n = pool.images.shape[0]
         batch = min(spec.batch_size, n)
@@ -169,8 +179,8 @@ def _train_one(spec: crslib.models.zoo.ZooModelSpec, pool: _Pool, labels: np.nda
         opt = torch.optim.AdamW(groups, lr=float(hp["lr"]), weight_decay=float(hp["weight_decay"]))
         mean, std = pool.mean, pool.std
 
-        def norm(x):
-            return (x - mean) / std
+        def norm(x):  # the objectives normalise right before the encoder: the views enter the device here
+            return ((x - mean) / std).to(device)
 
         y_all = None if labels is None else torch.from_numpy(np.array(labels, copy=True))
         curve: list[float] = []
@@ -184,7 +194,7 @@ def _train_one(spec: crslib.models.zoo.ZooModelSpec, pool: _Pool, labels: np.nda
             for b in range(n_batches):
                 idx = order[b * batch:(b + 1) * batch]
                 x = pool.images[idx]
-                y = None if y_all is None else y_all[idx]
+                y = None if y_all is None else y_all[idx].to(device)
                 set_lr(opt, warmup_cosine_lr(float(hp["lr"]), step, warmup=warmup, total=total))
                 loss = model.loss(x, y, gen, norm)
                 if not torch.isfinite(loss):
@@ -205,7 +215,7 @@ def _train_one(spec: crslib.models.zoo.ZooModelSpec, pool: _Pool, labels: np.nda
             bar.set_postfix(loss=f"{curve[-1]:.4f}")
         bar.close()
         encoder.eval()
-        state = {k: v.detach().clone().contiguous() for k, v in encoder.state_dict().items()}
+        state = {k: v.detach().cpu().clone().contiguous() for k, v in encoder.state_dict().items()}
         spread, rank = _embedding_spread(encoder, pool)
     return state, {
         "initial_loss": initial, "final_loss": curve[-1] if curve else None, "loss_curve": curve,
@@ -225,8 +235,10 @@ def _embedding_spread(encoder, pool: _Pool) -> tuple[float, float]:
     import torch
 
     encoder.eval()
+    device = next(encoder.parameters()).device
     with torch.inference_mode():
-        parts = [encoder((pool.images[i:i + 256] - pool.mean) / pool.std) for i in range(0, len(pool.images), 256)]
+        parts = [encoder(((pool.images[i:i + 256] - pool.mean) / pool.std).to(device)).cpu()
+                 for i in range(0, len(pool.images), 256)]
         z = torch.cat(parts).double()
     total = float(z.var(dim=0, unbiased=False).sum())
     power = float((z * z).sum(dim=1).mean())

@@ -126,6 +126,7 @@ import pandas as pd
 import crslib  # noqa: F401  (applies the torchvision import fix before torch/timm)
 from crslib._io import atomic_write_bytes, atomic_write_json, digest_of, file_sha256
 from crslib.config import cache_dir, load_preset, progress_enabled
+from crslib.device import resolve_device
 from crslib.errors import ConfigError, InputError, ModelError
 from crslib.models._training import ZOO_THREADS
 from crslib.models.augment import _AUG
@@ -460,7 +461,7 @@ def _set_current(root: Path, name: str, key: str) -> None:
 
 
 def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: int, force: bool,
-                    show: bool) -> dict[str, Any]:
+                    show: bool, device: str = "cpu") -> dict[str, Any]:
     """Train one zoo model (or reuse its cached copy) and return its card.
 
     A module-level function so that it can run as a Dask task
@@ -482,7 +483,7 @@ def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: i
         log.info("zoo: reusing %s (%s)", spec.name, folder)
     else:
         n_outputs = len(classes) if spec.objective != "supervised_multilabel" else len(columns)
-        state, result = _train_one(spec, pool, labels, n_outputs, show)
+        state, result = _train_one(spec, pool, labels, n_outputs, show, device)
         sha = _save_checkpoint(folder / _CHECKPOINT, state, spec)
         module = build_encoder_module(spec.architecture)
         hp = spec.resolved_hparams()
@@ -522,6 +523,7 @@ def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: i
             "checkpoint_sha256": sha,
             "num_threads": ZOO_THREADS,
             "deterministic": True,
+            "device": device,
             "spec": spec.to_dict(),
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "crslib_version": crslib.__version__,
@@ -547,6 +549,7 @@ def train_zoo(
     force: bool = False,
     overrides: Mapping[str, Any] | None = None,
     scheduler: Any = None,
+    device: str | None = None,
 ) -> pd.DataFrame:
     """Train (or reuse) the zoo's models on the manifest's training pool.
 
@@ -576,6 +579,14 @@ def train_zoo(
         here, one after the other; otherwise one Dask task per model. Each
         model is written to the cache folder by the task that trained it, so
         the workers must share it (``CRS_CACHE_DIR`` on a shared file system).
+    device : {"auto", "cpu", "cuda", "mps"}, optional
+        Where the models train (:func:`crslib.device.resolve_device`; a Dask
+        worker trains on the device resolved here). ``None``: the CPU. The
+        device is not part of a model's cache key and is recorded in its
+        card: on the CPU the weights are bit-for-bit those of a run without
+        it; a GPU gives weights that differ by rounding, so a zoo trained on
+        a GPU is reused as is on the CPU (and the other way round), not
+        retrained. ``force=True`` retrains on the requested device.
 
     Returns
     -------
@@ -622,6 +633,7 @@ def train_zoo(
         raise InputError(f"image_size must be a multiple of 16 (the encoders' stride), got {image_size}")
     show = progress_enabled(progress)
     root = _zoo_root(cache_root)
+    dev = "cpu" if device is None else resolve_device(device)  # fail before reading the pool
     t_start = time.perf_counter()
     pool = _load_pool(manifest, image_size, show)
     log.info("zoo: %d training images at %d px loaded in %.1f s", len(pool.rows), image_size,
@@ -640,7 +652,7 @@ def train_zoo(
         cards = run_tasks(
             client, _zoo_model_task, [(spec,) for spec in specs],
             shared={"pool": pool, "root": str(root), "image_size": image_size, "force": force,
-                    "show": show and client is None},
+                    "show": show and client is None, "device": dev},
             on_result=finished,
         )
     bar.close()
