@@ -19,8 +19,9 @@ import platform
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,6 +33,7 @@ from crslib._io import atomic_write_json, atomic_write_text, digest_of, file_sha
 from crslib.claims import build_ledger, render_claims_page
 from crslib.config import cache_dir, load_preset
 from crslib.errors import ConfigError, NotebookError
+from crslib.overrides import apply_overrides
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +71,7 @@ class RunRecord:
     html_index: str | None = None
     build_seconds: float | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
+    overrides: list[list[str]] = field(default_factory=list)  # the ``-p NAME VALUE`` pairs, as typed
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -193,6 +196,19 @@ def with_overrides(config: dict[str, Any], *, data: str | None = None, models: s
     return out
 
 
+@dataclass(frozen=True)
+class Progress:
+    """One step of a book run, as :func:`run_notebooks` and :func:`build_book` report it to ``progress``."""
+
+    event: str  # 'start', 'done' or 'failed' (a notebook); 'build' or 'built' (the HTML)
+    index: int  # the notebook's 1-based position in the run (the number of notebooks for the HTML)
+    total: int
+    name: str
+    elapsed: float  # seconds since the run began
+    seconds: float | None = None  # the step's own time, once it has ended
+    reused_from: str | None = None  # on 'done': the run whose identical execution was reused
+
+
 def package_versions() -> dict[str, str]:
     """Installed versions of the packages that shape a run's numbers."""
     versions = {"python": platform.python_version()}
@@ -231,6 +247,21 @@ for _name in ("papermill", "papermill.translators", "papermill.parameterize"):
     logging.getLogger(_name).addFilter(_PapermillNoise())
 
 
+class _KernelTransportNoise(logging.Filter):
+    """Drop ipykernel's "Kernel is running over TCP without encryption" warning, printed once per notebook:
+    the kernel is the runner's own child, bound to the loopback interface. The kernel process applies it
+    to its log handler (:data:`_KERNEL_CONFIG`); every other kernel message still shows."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Kernel is running over TCP without encryption")
+
+
+_KERNEL_CONFIG = {"IPKernelApp": {"logging_config": {
+    "filters": {"crs_kernel_transport": {"()": f"{__name__}._KernelTransportNoise"}},
+    "handlers": {"console": {"filters": ["crs_kernel_transport"]}},
+}}}
+
+
 def execute_notebook(source: Path, output: Path, parameters: dict[str, Any], *, cwd: Path) -> float:
     """Execute one jupytext notebook with papermill; return its wall time.
 
@@ -251,14 +282,18 @@ def execute_notebook(source: Path, output: Path, parameters: dict[str, Any], *, 
     os.environ["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
     start = time.perf_counter()
     try:
-        papermill.execute_notebook(
-            notebook,
-            str(output),
-            parameters=parameters,
-            kernel_name="python3",
-            progress_bar=False,
-            cwd=str(cwd),
-        )
+        with tempfile.TemporaryDirectory(prefix="crs-kernel-") as folder:
+            kernel_config = Path(folder) / "kernel_config.json"
+            kernel_config.write_text(json.dumps(_KERNEL_CONFIG), encoding="utf-8")
+            papermill.execute_notebook(
+                notebook,
+                str(output),
+                parameters=parameters,
+                kernel_name="python3",
+                progress_bar=False,
+                cwd=str(cwd),
+                extra_arguments=[f"--IPKernelApp.extra_config_file={kernel_config}"],
+            )
     except PapermillExecutionError as exc:
         first_line = (exc.source or "").strip().splitlines()[:1]
         raise NotebookError(
@@ -361,6 +396,8 @@ def run_notebooks(
     reuse: bool = True,
     data: str | os.PathLike | None = None,
     models: str | None = None,
+    overrides: Sequence[tuple[str, str]] = (),
+    progress: Callable[[Progress], None] | None = None,
 ) -> RunRecord:
     """Execute the book's notebooks with a preset into a new run folder.
 
@@ -388,6 +425,11 @@ def run_notebooks(
     models : str, optional
         Comma-separated model specs every chapter studies (see
         :data:`MODEL_PARAMETERS`).
+    overrides : sequence of (str, str) pairs
+        ``crs book -p NAME VALUE`` pairs applied on top of the preset (see
+        :func:`crslib.overrides.apply_overrides`); recorded as typed in ``run.json``.
+    progress : callable, optional
+        Called with a :class:`Progress` as each notebook starts and ends.
 
     Returns
     -------
@@ -402,6 +444,10 @@ def run_notebooks(
         notebooks = [p for p in notebooks if p.stem in wanted or p.stem.split("_")[0] in wanted]
         if not notebooks:
             raise ConfigError(f"no notebook matches {', '.join(only)}")
+    if overrides:
+        config = apply_overrides(config, {p.stem: notebook_parameters(p) for p in notebooks}, overrides)
+    report = progress or (lambda step: None)
+    began = time.perf_counter()
     root = Path(run_root) if run_root else REPO_ROOT / "runs"
     run_id, run_dir = _new_run_dir(root, str(config["name"]))
     atomic_write_text(run_dir / "config.yaml", yaml.safe_dump(config, sort_keys=False))
@@ -412,9 +458,12 @@ def run_notebooks(
         config=config,
         started_utc=datetime.now(timezone.utc).isoformat(timespec="seconds"),
         versions=package_versions(),
+        overrides=[[str(name), str(value)] for name, value in overrides or ()],
     )
     upstream = ""
-    for source in notebooks:
+    for index, source in enumerate(notebooks, start=1):
+        step = {"index": index, "total": len(notebooks), "name": source.stem}
+        report(Progress("start", elapsed=time.perf_counter() - began, **step))
         # every parameter the notebook ran with, its defaults included, so that run.json is complete
         parameters = {**notebook_parameters(source), **resolve_parameters(config, source)}
         results = run_dir / "results" / source.stem
@@ -429,13 +478,21 @@ def run_notebooks(
                                                    reused_from=str(reused["run_id"])))
         else:
             log.info("executing %s with %s", source.name, parameters)
-            seconds = execute_notebook(source, output, parameters, cwd=run_dir)
+            start = time.perf_counter()
+            try:
+                seconds = execute_notebook(source, output, parameters, cwd=run_dir)
+            except NotebookError:
+                now = time.perf_counter()
+                report(Progress("failed", elapsed=now - began, seconds=now - start, **step))
+                raise
             record.notebooks.append(NotebookRecord(source.stem, parameters, round(seconds, 2), str(output)))
             if key:
                 _store_execution(key, output, results, run_dir, run_id, round(seconds, 2))
             log.info("%s done in %.1f s", source.stem, seconds)
         record.notebooks[-1].skips = read_skips(results)
         atomic_write_json(run_dir / "run.json", record.to_dict())
+        report(Progress("done", elapsed=time.perf_counter() - began, seconds=record.notebooks[-1].seconds,
+                        reused_from=record.notebooks[-1].reused_from, **step))
     atomic_write_json(run_dir / "run.json", record.to_dict())
     return record
 
@@ -777,18 +834,27 @@ def build_book(
     reuse: bool = True,
     data: str | os.PathLike | None = None,
     models: str | None = None,
+    overrides: Sequence[tuple[str, str]] = (),
+    progress: Callable[[Progress], None] | None = None,
 ) -> RunRecord:
     """Run the notebooks with a preset, stage them and build the HTML book
     (see :func:`build_html` for ``repository_url``, :func:`run_notebooks`
-    for ``data`` and ``models``)."""
+    for ``data``, ``models``, ``overrides`` and ``progress``, which also hears
+    of the HTML build: ``'build'`` and ``'built'``)."""
     _check_repository_url(repository_url)  # before the notebooks run, not after
-    record = run_notebooks(preset, only=only, run_root=run_root, reuse=reuse, data=data, models=models)
+    began = time.perf_counter()
+    record = run_notebooks(preset, only=only, run_root=run_root, reuse=reuse, data=data, models=models,
+                           overrides=overrides, progress=progress)
     record.provenance = collect_provenance(record)
     atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
     stage_run(record, book_root=book_root)
     if build:
+        step = {"index": len(record.notebooks), "total": len(record.notebooks), "name": "HTML book"}
+        report = progress or (lambda step: None)
         start = time.perf_counter()
+        report(Progress("build", elapsed=start - began, **step))
         record.html_index = str(build_html(book_root=book_root, repository_url=repository_url))
         record.build_seconds = round(time.perf_counter() - start, 2)
+        report(Progress("built", elapsed=time.perf_counter() - began, seconds=record.build_seconds, **step))
         atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
     return record
