@@ -45,6 +45,16 @@ def _add_scheduler(p: argparse.ArgumentParser) -> None:
                    "or a scheduler address such as tcp://HOST:8786 (default: in this process)")
 
 
+def _add_device(p: argparse.ArgumentParser, *, amp: bool = False) -> None:
+    p.add_argument("--device", default="auto", metavar="{auto,cpu,cuda,mps}",
+                   help="where models compute: auto (a GPU when torch sees one, else the CPU; the default), "
+                   "cpu, cuda (or cuda:N) or mps; results are cached alike on every device")
+    if amp:
+        p.add_argument("--amp", action="store_true",
+                       help="mixed precision (float16 on a GPU, bfloat16 on the CPU): faster, not bit-equal to "
+                       "float32, so it has its own cache entries (default: off)")
+
+
 def _cmd_embed(args: argparse.Namespace) -> int:
     import numpy as np
 
@@ -64,7 +74,12 @@ def _cmd_embed(args: argparse.Namespace) -> int:
         on_error="skip" if args.skip_unreadable else "raise",
         progress=None,
         scheduler=args.scheduler,
+        device=args.device, amp=args.amp,
+        frame=args.frame,
     )
+    # the loader leaves out files without an image (DICOM reports, plans, text); name each of them too
+    for path in manifest.attrs.get("ignored_files", []):
+        print(f"ignored {path}: no image in it (not an image file, or DICOM without Rows/Columns)", file=sys.stderr)
     for row in result.skipped.itertuples():
         print(f"skipped {row.path}: {row.reason}", file=sys.stderr)
     status = "cache hit" if result.cache_hit else "computed"
@@ -92,7 +107,7 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
     else:
         data = args.data or load_preset(args.preset)["parameters"]["data"]
         cards = train_zoo(load_data(data), preset=args.preset, force=args.force, progress=None,
-                          scheduler=args.scheduler)
+                          scheduler=args.scheduler, device=args.device)
     if cards.empty:
         print("no zoo models trained yet: run crs zoo --preset quick")
         return 0
@@ -126,12 +141,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             # the report names a model by the spec the user wrote; the encoder's name (the resolved spec,
             # which can be a cache path) is provenance
             models[role] = model_provenance(spec, encoder)
-            embeddings[role] = extract_embeddings(manifest, encoder, progress=None, scheduler=client).X
+            embeddings[role] = extract_embeddings(manifest, encoder, progress=None, scheduler=client,
+                                                  device=args.device).X
         result = compare_embeddings(
             embeddings["old"], embeddings["new"], manifest, old=args.old, new=args.new, k=args.k,
             X_reference=embeddings.get("reference"), reference=reference if "reference" in embeddings else None,
             labels=labels, min_overlap=args.min_overlap, decision=args.decision, n_resamples=args.resamples,
             n_permutations=args.permutations, models=models, random_state=args.seed, scheduler=client,
+            device=args.device,
         )
     out = Path(args.out)
     atomic_write_text(out / "compare.json", result.to_json())
@@ -177,7 +194,7 @@ def _cmd_audit(args: argparse.Namespace) -> int:
     X, name = None, None
     if args.model.lower() != "none":
         encoder = load_encoder(args.model)
-        X, name = extract_embeddings(manifest, encoder, progress=None).X, encoder.name
+        X, name = extract_embeddings(manifest, encoder, progress=None, device=args.device).X, encoder.name
     fingerprints = image_fingerprints(manifest) if args.leakage else None
     result = run_audit(manifest, properties, embeddings=X, embedding_name=name, fingerprints=fingerprints,
                        label_column=args.label, n_resamples=args.resamples, random_state=args.seed,
@@ -213,6 +230,7 @@ def _cmd_risk(args: argparse.Namespace) -> int:
     from crslib.errors import DataError
     from crslib.reports import render_risk_html
     from crslib.risk import representation_risk
+    from crslib.risk_needs import task_need
     from crslib.risk_results import stability_table
 
     manifest = load_data(args.data)
@@ -221,15 +239,20 @@ def _cmd_risk(args: argparse.Namespace) -> int:
     if missing:
         raise DataError(f"--task column(s) {', '.join(missing)} not in the manifest; columns: "
                         f"{', '.join(map(str, manifest.columns))}")
-    specs = [s.strip() for s in args.models.split(",") if s.strip()]
-    embeddings = embed_models(manifest, specs)
     groups = manifest["patient_id"] if "patient_id" in manifest.columns else manifest["image_id"]
+    for task in tasks:  # before anything is embedded: one line naming the column and what it lacks
+        reason = task_need(manifest[task], groups=groups.to_numpy(), n_partitions=args.partitions,
+                           random_state=args.seed, name=task, task=args.task_type)
+        if reason:
+            raise DataError(f"--task {reason}")
+    specs = [s.strip() for s in args.models.split(",") if s.strip()]
+    embeddings = embed_models(manifest, specs, device=args.device)
     out = Path(args.out)
     outcomes = {}
     for task in tasks:
         result = representation_risk(
             embeddings, manifest[task].to_numpy(), groups=groups.to_numpy(), n_components=args.components,
-            n_partitions=args.partitions, n_resamples=args.resamples, random_state=args.seed,
+            n_partitions=args.partitions, n_resamples=args.resamples, random_state=args.seed, task=args.task_type,
         )
         outcomes[task] = result
         result.save(out, name=task)
@@ -275,21 +298,43 @@ def _cmd_claims(args: argparse.Namespace) -> int:
 
 
 def _cmd_book(args: argparse.Namespace) -> int:
-    from crslib.runner import build_book
+    from crslib.runner import Progress, build_book
+
+    def clock(seconds: float) -> str:
+        if seconds < 60:
+            return f"{seconds:.1f} s"
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes} min {rest} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+    def show(step: Progress) -> None:
+        # one plain line per event, flushed: readable in a CI log, where stdout is a pipe
+        where = f"[{step.index}/{step.total}] {step.name}"
+        if step.event == "start":
+            line = f"{where}: running..."
+        elif step.event == "failed":
+            line = f"{where}: failed after {clock(step.seconds or 0.0)}"
+        elif step.event == "build":
+            line = "building the HTML book..."
+        elif step.event == "built":
+            line = f"HTML book built in {clock(step.seconds or 0.0)}, elapsed {clock(step.elapsed)}"
+        else:
+            how = (f"reused from run {step.reused_from} (identical execution)" if step.reused_from
+                   else f"done in {clock(step.seconds or 0.0)}")
+            filled = round(20 * step.index / step.total)
+            line = (f"{where}: {how}  [{'#' * filled}{'.' * (20 - filled)}] {step.index}/{step.total}, "
+                    f"elapsed {clock(step.elapsed)}")
+        print(line, flush=True)
 
     record = build_book(args.config or args.preset, only=args.only, build=not args.no_build,
                         repository_url=args.repository_url, reuse=not args.rerun, data=args.data,
-                        models=args.models)
+                        models=args.models, overrides=[tuple(pair) for pair in args.parameters or ()],
+                        progress=show)
     for notebook in record.notebooks:
-        if notebook.reused_from:
-            print(f"{notebook.name}: reused from run {notebook.reused_from} (identical execution)")
-        else:
-            print(f"{notebook.name}: {notebook.seconds:.1f} s")
         for skip in notebook.skips:
-            print(f"  skipped {skip['analysis']}: {skip['reason']}")
+            print(f"{notebook.name}: skipped {skip['analysis']}: {skip['reason']}")
     print(f"run folder: {record.run_dir}")
     if record.html_index:
-        print(f"book built in {record.build_seconds:.1f} s: {record.html_index}")
+        print(f"book: {record.html_index}")
     return 0
 
 
@@ -331,8 +376,12 @@ def _add_embed_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the embedding cache")
     p.add_argument("--skip-unreadable", action="store_true",
                    help="skip unreadable images and list them, instead of stopping at the first")
+    p.add_argument("--frame", choices=("middle", "first", "all"), default="middle",
+                   help="which frame of a multi-frame DICOM file is the image: the middle one (default), "
+                   "the first, or all (their mean); single-frame files read the same under each")
     p.add_argument("--out", metavar="FILE.npy", help="also save the embeddings (and FILE_image_ids.npy)")
     _add_scheduler(p)
+    _add_device(p, amp=True)
     p.set_defaults(func=_cmd_embed)
 
 
@@ -349,6 +398,7 @@ def _add_zoo_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--force", action="store_true", help="retrain even when a cached model matches")
     p.add_argument("--list", action="store_true", help="list the trained models and exit")
     _add_scheduler(p)
+    _add_device(p)
     p.set_defaults(func=_cmd_zoo)
 
 
@@ -380,6 +430,7 @@ def _add_compare_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of bootstrap, permutations and splits (default 0)")
     p.add_argument("--out", default="crs-compare", metavar="DIR", help="report folder (default crs-compare)")
     _add_scheduler(p)
+    _add_device(p)
     p.set_defaults(func=_cmd_compare)
 
 
@@ -406,6 +457,7 @@ def _add_audit_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-leakage", dest="leakage", action="store_false",
                    help="skip the duplicate and shared-patient audit (it reads every image once more)")
     p.add_argument("--out", default="crs-audit", metavar="DIR", help="report folder (default crs-audit)")
+    _add_device(p)
     p.set_defaults(func=_cmd_audit)
 
 
@@ -421,12 +473,16 @@ def _add_risk_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", required=True, metavar="DATA", help="images with the task column(s)")
     p.add_argument("--models", required=True, metavar="SPEC,SPEC,...", help="comma-separated model specs")
     p.add_argument("--task", required=True, metavar="COL[,COL]",
-                   help="target column(s): two values -> classification, else regression")
+                   help="target column(s): two values -> binary; text, or integers with 3-20 values -> "
+                   "multiclass; other numbers -> regression (see --task-type)")
+    p.add_argument("--task-type", default="auto", choices=("auto", "binary", "multiclass", "regression"),
+                   help="override the guessed task type of every --task column (default auto)")
     p.add_argument("--components", type=int, default=128, help="shared PCA dimension (default 128)")
     p.add_argument("--partitions", type=int, default=10, help="repeated partitions (default 10)")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of partitions and bootstrap (default 0)")
     p.add_argument("--out", default="crs-risk", metavar="DIR", help="output folder (default crs-risk)")
+    _add_device(p)
     p.set_defaults(func=_cmd_risk)
 
 
@@ -478,6 +534,11 @@ def _add_book_command(sub: argparse._SubParsersAction) -> None:
                    help="the models every chapter studies (comma-separated specs, e.g. "
                    "public:efficientnet_lite0,onnx:/m.onnx#feat; zoo:* adds the zoo, trained on the phantom)")
     p.add_argument("--only", nargs="+", metavar="NOTEBOOK", help="run only these notebooks (name or number)")
+    p.add_argument("-p", "--parameter", nargs=2, action="append", dest="parameters", metavar=("NAME", "VALUE"),
+                   help="set a notebook parameter on top of the preset or --config, the papermill way "
+                   "(repeatable): NAME in every selected notebook that has it, NOTEBOOK.NAME (e.g. "
+                   "02_agreement.k or 02.k) in one; VALUE is read as YAML (20 an int, 0.5 a float, true a "
+                   "bool, other text a string) and must fit the type of the notebook's default")
     p.add_argument("--no-build", action="store_true", help="execute the notebooks but do not build HTML")
     p.add_argument("--rerun", action="store_true",
                    help="execute every notebook, even one whose identical execution (same source, parameters, "
@@ -518,6 +579,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.debug else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",
     )
+    if not args.debug:
+        # pydicom logs each decoder plugin's failure with its traceback before it raises, and warns
+        # about each odd header value it reads past; a failure reaches the user once, as the
+        # ImageReadError's one line (which quotes every plugin's reason). A filter on our handlers,
+        # not a logger level: importing pydicom resets its logger's level.
+        def shown(record: logging.LogRecord) -> bool:
+            return record.name.split(".")[0] != "pydicom" or (
+                record.levelno >= logging.ERROR and not record.exc_info)
+
+        for handler in logging.getLogger().handlers:
+            handler.addFilter(shown)
     try:
         return int(args.func(args) or 0)
     except CRSError as exc:

@@ -246,8 +246,9 @@ def _save_shard(root: Path, shard: _Shard, encoder_name: str) -> None:
 class _ImageDataset:
     """Map-style dataset: position -> (position, image or None, reason)."""
 
-    def __init__(self, paths: list[str]):
+    def __init__(self, paths: list[str], frame: str = "middle"):
         self.paths = paths
+        self.frame = frame
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -257,7 +258,7 @@ class _ImageDataset:
 
         path = self.paths[pos]
         try:
-            return pos, read_image(path), None
+            return pos, read_image(path, frame=self.frame), None
         except ImageReadError as exc:
             return pos, None, _one_line(exc.reason)
         except Exception as exc:  # noqa: BLE001 - name the file whatever went wrong
@@ -366,6 +367,9 @@ def extract_embeddings(
     on_error: str = "raise",
     progress: bool | None = None,
     scheduler: Any = None,
+    device: str | None = None,
+    amp: bool = False,
+    frame: str = "middle",
 ) -> Embeddings:
     """Embed every image of a manifest with an encoder, using the cache.
 
@@ -402,6 +406,36 @@ def extract_embeddings(
         that reads its images, encodes them and writes the shard to the cache
         (``num_workers`` and ``progress`` then do not apply). The result is
         the same array either way.
+    device : {"auto", "cpu", "cuda", "mps"}, optional
+        Where the encoder computes (:func:`crslib.device.resolve_device`);
+        the encoder is moved there and stays there. ``None`` (default): where
+        it is (the CPU for a freshly loaded encoder). The device is not part
+        of the cache key: float32 embeddings from a GPU equal the CPU's up to
+        rounding, within a max absolute deviation of 1e-3 times the largest
+        absolute value (the tolerance stated in
+        :meth:`~crslib.models.TorchEncoder.to`, checked by
+        ``bench/bench_device.py`` on a GPU; not measured on the reference
+        machine, which has none), so a cached shard serves every device.
+        With a ``scheduler`` the workers compute on this device
+        (resolved here); a worker without it fails with a one-line error.
+    amp : bool
+        Mixed precision (autocast: float16 on a GPU, bfloat16 on the CPU),
+        off by default. It changes the numbers, so the cache key includes it
+        (its type: bfloat16 and float16 entries differ too). Measured on the
+        CPU (bfloat16) against float32 on 193 phantom images:
+        ``timm:resnet18?size=64`` (random init) max absolute deviation
+        0.0039 (0.6% of the largest value), 10-NN overlap 0.990;
+        ``public:efficientnet_lite0`` (ImageNet weights, 224 px) 0.67 (13%
+        of the largest value, mean cosine 0.9967), 10-NN overlap 0.931. The
+        stated tolerance (tested for resnet18): max absolute deviation
+        within 2% of the largest absolute value; for pretrained networks
+        with large activations expect more. bfloat16 is not faster on a CPU
+        without AMX; use it on a GPU. Torch encoders only (ONNX ignores it,
+        and the key then does not change).
+    frame : {"middle", "first", "all"}
+        Which frame of a multi-frame DICOM file is the image
+        (:func:`crslib.data.read_image`; default the middle one). A rule other
+        than the default is part of the cache key, so changing it recomputes.
 
     Returns
     -------
@@ -441,6 +475,7 @@ def extract_embeddings(
     """
     t0 = time.perf_counter()
     _validate(manifest, encoder, batch_size, shard_size, on_error, num_workers)
+    frame_key = _frame_key(frame)
     if len(manifest) == 0:
         raise DataError("manifest has no rows; nothing to embed")
     root = Path(cache_root) if cache_root is not None else cache_dir() / "embeddings"
@@ -452,7 +487,8 @@ def extract_embeddings(
     hashes, failures = image_hashes(paths, index_file=index_file)
 
     # 2. shards of readable files, in manifest order
-    fingerprint = digest_of([encoder.fingerprint(), _runtime()])
+    encoder.to(encoder.device if device is None else device, amp=amp)
+    fingerprint = digest_of([encoder.fingerprint(), _runtime(), *_precision(encoder), *frame_key])
     readable = [pos for pos, h in enumerate(hashes) if h is not None]
     shards: list[_Shard] = []
     for start in range(0, len(readable), shard_size):
@@ -481,12 +517,12 @@ def extract_embeddings(
     if todo and scheduler is not None:
         n_computed = _compute_shards_on_cluster(
             todo, paths, ids, encoder, root=root, cache=cache, batch_size=batch_size, on_error=on_error,
-            scheduler=scheduler,
+            scheduler=scheduler, device=encoder.device, amp=encoder.amp, frame=frame,
         )
     elif todo:
         n_computed = _compute_shards(
             todo, paths, ids, encoder, root=root, cache=cache, batch_size=batch_size,
-            num_workers=num_workers, on_error=on_error, progress=progress,
+            num_workers=num_workers, on_error=on_error, progress=progress, frame=frame,
         )
 
     # 4. assemble in manifest order
@@ -530,6 +566,26 @@ def extract_embeddings(
     )
 
 
+def _precision(encoder: Encoder) -> list[dict[str, str]]:
+    """Cache-key entries for mixed precision: none in float32 (so keys made
+    before ``amp`` existed stay valid), the autocast type when it is on."""
+    if not encoder.amp:
+        return []
+    from crslib.device import autocast_dtype
+
+    return [{"amp": autocast_dtype(encoder.device)}]
+
+
+def _frame_key(frame: str) -> list[dict[str, str]]:
+    """Cache-key entries for the multi-frame DICOM rule: none for the
+    default, so that keys of the default stay as they were."""
+    from crslib.data.images import DEFAULT_FRAME, FRAME_RULES
+
+    if frame not in FRAME_RULES:
+        raise InputError(f"frame must be one of {', '.join(repr(r) for r in FRAME_RULES)}, got {frame!r}")
+    return [] if frame == DEFAULT_FRAME else [{"frame": frame}]
+
+
 def _preprocess_fn(encoder: Encoder, in_worker: bool):
     """The batch preprocessing to run inside the DataLoader (None: do it in
     the main process because the encoder overrides it and may not pickle)."""
@@ -544,7 +600,7 @@ def _preprocess_fn(encoder: Encoder, in_worker: bool):
 
 def _compute_shards(todo: list[_Shard], paths: list[str], ids: np.ndarray, encoder: Encoder, *, root: Path,
                     cache: bool, batch_size: int, num_workers: int | None, on_error: str,
-                    progress: bool | None) -> int:
+                    progress: bool | None, frame: str = "middle") -> int:
     from torch.utils.data import DataLoader
     from tqdm import tqdm
 
@@ -560,7 +616,7 @@ def _compute_shards(todo: list[_Shard], paths: list[str], ids: np.ndarray, encod
             shard_of_batch.append(i)
     preprocess = _preprocess_fn(encoder, in_worker=workers > 0)
     loader = DataLoader(
-        _ImageDataset(paths),
+        _ImageDataset(paths, frame),
         batch_sampler=batches,
         num_workers=workers,
         collate_fn=_Collate(preprocess),
@@ -617,23 +673,27 @@ def _compute_shards(todo: list[_Shard], paths: list[str], ids: np.ndarray, encod
 
 
 def _shard_task(paths: list[str], ids: list[Any], key: str, *, encoder: Encoder, root: str, cache: bool,
-                batch_size: int, on_error: str) -> tuple[np.ndarray, dict[int, str]]:
+                batch_size: int, on_error: str, device: str = "cpu",
+                amp: bool = False, frame: str = "middle") -> tuple[np.ndarray, dict[int, str]]:
     """One shard as a Dask task: its images, encoded, written to the cache.
 
     Computed exactly as in-process (the same batches: they never cross a
-    shard boundary), so the rows do not depend on where the shard ran.
+    shard boundary), so the rows do not depend on where the shard ran. The
+    worker computes on ``device`` (resolved by the client) with ``amp``.
     """
+    encoder.to(device, amp=amp)
     shard = _Shard(key, list(range(len(paths))))
     # another task, run or machine may have finished this shard meanwhile
     if cache and _load_shard(Path(root), shard):
         return shard.X, shard.failed
     _compute_shards([shard], paths, np.asarray(ids, dtype=object), encoder, root=Path(root), cache=cache,
-                    batch_size=batch_size, num_workers=0, on_error=on_error, progress=False)
+                    batch_size=batch_size, num_workers=0, on_error=on_error, progress=False, frame=frame)
     return shard.X, shard.failed
 
 
 def _compute_shards_on_cluster(todo: list[_Shard], paths: list[str], ids: np.ndarray, encoder: Encoder, *,
-                               root: Path, cache: bool, batch_size: int, on_error: str, scheduler: Any) -> int:
+                               root: Path, cache: bool, batch_size: int, on_error: str, scheduler: Any,
+                               device: str = "cpu", amp: bool = False, frame: str = "middle") -> int:
     from crslib.cluster import open_client, run_tasks
 
     def finished(i: int, result: tuple[np.ndarray, dict[int, str]]) -> None:
@@ -649,7 +709,7 @@ def _compute_shards_on_cluster(todo: list[_Shard], paths: list[str], ids: np.nda
         run_tasks(
             client, _shard_task, tasks,
             shared={"encoder": encoder, "root": str(root), "cache": cache, "batch_size": batch_size,
-                    "on_error": on_error},
+                    "on_error": on_error, "device": device, "amp": amp, "frame": frame},
             keys=[f"crs-embed-{s.key}" for s in todo],
             on_result=finished,
         )
@@ -674,6 +734,8 @@ def embed_models(
     on_error: str = "raise",
     progress: bool | None = None,
     scheduler: Any = None,
+    device: str | None = None,
+    amp: bool = False,
 ) -> dict[str, np.ndarray]:
     """Embeddings of one data set under several models, each through the cache.
 
@@ -688,6 +750,9 @@ def embed_models(
         must skip the same images, so the rows stay aligned.
     scheduler : None, "local[:N]", a Dask scheduler address or a distributed.Client
         As in :func:`extract_embeddings`; one cluster serves every model.
+    device, amp
+        As in :func:`extract_embeddings` (``None``: the CPU, where encoders
+        are loaded).
 
     Returns
     -------
@@ -703,7 +768,7 @@ def embed_models(
     with open_client(scheduler) as client:
         for name, spec in named.items():
             result = extract_embeddings(manifest, load_encoder(spec), on_error=on_error, progress=progress,
-                                        scheduler=client)
+                                        scheduler=client, device=device, amp=amp)
             if kept is not None and not np.array_equal(kept, result.image_ids):
                 raise InputError(f"model {name} skipped other images than the models before it; rows would not align")
             kept = result.image_ids

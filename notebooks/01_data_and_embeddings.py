@@ -35,6 +35,7 @@ seed = 0
 tsne_perplexity = 30.0
 max_map_points = 2000
 examples_per_group = 4
+device = "auto"  # where models compute: auto (a GPU when torch sees one), cpu, cuda, mps
 results_dir = "results/01_data_and_embeddings"
 
 # %% tags=["hide-input"]
@@ -208,8 +209,8 @@ plt.show()
 
 # %% tags=["hide-input"]
 encoder = load_encoder(model)
-first = extract_embeddings(manifest, encoder)
-again = extract_embeddings(manifest, encoder)
+first = extract_embeddings(manifest, encoder, device=device)
+again = extract_embeddings(manifest, encoder, device=device)
 X = first.X
 # a public: spec resolves to a weight file in the cache; the text names such a model by the spec as given
 model_name = model if "weights=" in encoder.name and "weights=" not in model else encoder.name

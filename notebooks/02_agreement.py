@@ -44,6 +44,7 @@ public_size = 64
 k = 10
 seed = 0
 n_resamples = 500
+device = "auto"  # where models compute: auto (a GPU when torch sees one), cpu, cuda, mps
 results_dir = "results/02_agreement"
 scheduler = None  # None: this process; "local:2" or "tcp://HOST:8786": zoo, embeddings and searches on Dask
 
@@ -90,7 +91,7 @@ zoo_names = {s.name for s in zoo_specs(zoo_preset)} if zoo_singles else set()
 zoo_references = [r for r in dict.fromkeys(random_init_spec(s) for s in zoo_singles)
                   if r and r[4:] in zoo_names and r not in requested and "zoo:*" not in requested]
 lineup = resolve_models(requested + zoo_references, zoo_data=zoo_data, zoo_preset=zoo_preset,
-                        public_size=public_size, scheduler=scheduler)
+                        public_size=public_size, scheduler=scheduler, device=device)
 cards = lineup.cards
 specs = dict(lineup.specs)
 info = lineup.info[["name", "objective", "architecture", "seed"]].copy()
@@ -118,7 +119,7 @@ info["seed"] = info["seed"].astype(int)
 random_names = [n for n, s in specs.items() if is_random_init(s)]
 zoo_model_names = lineup.info.loc[lineup.info["backend"] == "zoo", "name"].tolist()
 zoo_info = info[info["name"].isin(zoo_model_names)]
-embeddings = embed_models(manifest, specs, scheduler=scheduler)
+embeddings = embed_models(manifest, specs, scheduler=scheduler, device=device)
 groups = manifest["patient_id"].to_numpy()
 zoo_note = f"; zoo preset `{zoo_preset}`" if not cards.empty else "; no zoo model"
 display(Markdown(f"**{len(specs)} model{'s' if len(specs) != 1 else ''}** on **{len(manifest):,} images**{zoo_note}."))

@@ -41,6 +41,7 @@ old_model = "zoo:supervised_multilabel-cnn_small-seed0"
 new_models = "zoo:supervised_multilabel-cnn_small-seed1,zoo:contrastive-cnn_small-seed0,public:efficientnet_lite0"
 seed = 0
 n_resamples = 500
+device = "auto"  # where models compute: auto (a GPU when torch sees one), cpu, cuda, mps
 results_dir = "results/03_transfer"
 
 # %% tags=["hide-input"]
@@ -73,10 +74,11 @@ skips = SkipLog(results)
 manifest = load_data(data)
 # the zoo is trained (or reused) only when a zoo: model is listed, on zoo_data, never on data
 requested = [old_model, *[s.strip() for s in new_models.split(",") if s.strip()]]
-lineup = resolve_models(requested, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size))
+lineup = resolve_models(requested, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size),
+                        device=device)
 # models by their spec as given (zoo models as zoo:NAME), embedded with the loadable spec
 shown = {row.name: row.spec if row.backend == "zoo" else row.name for row in lineup.info.itertuples()}
-embeddings = embed_models(manifest, {shown[name]: lineup.specs[name] for name in lineup.names})
+embeddings = embed_models(manifest, {shown[name]: lineup.specs[name] for name in lineup.names}, device=device)
 old_model, *candidates = shown.values()
 groups = manifest["patient_id"].to_numpy()
 fractions = (0.5, 0.25, 0.25)

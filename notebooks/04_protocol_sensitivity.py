@@ -63,6 +63,7 @@ calibration_method = "temperature"
 n_resamples = 500
 n_partitions = 5
 seed = 0
+device = "auto"  # where models compute: auto (a GPU when torch sees one), cpu, cuda, mps
 results_dir = "results/04_protocol_sensitivity"
 
 # %% tags=["hide-input"]
@@ -111,7 +112,8 @@ def code(text) -> str:
 
 
 # the backbones: the zoo is trained (or reused) only for zoo: specs, on zoo_data, never on `data`
-lineup = resolve_models(backbones, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size))
+lineup = resolve_models(backbones, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size),
+                        device=device)
 loadable = {("zoo:" + r.name if r.backend == "zoo" else r.name): r.spec for r in lineup.info.itertuples()}
 backbone_list = list(loadable)
 if reported_backbone not in loadable:
@@ -166,7 +168,7 @@ if run_grid:
 
 # %% tags=["hide-input"]
 embedded = backbone_list if run_grid else [reported_backbone] if run_partitions else []
-embeddings = embed_models(manifest, {spec: loadable[spec] for spec in embedded}) if embedded else {}
+embeddings = embed_models(manifest, {spec: loadable[spec] for spec in embedded}, device=device) if embedded else {}
 if skips.check("the protocol grid (backbones x training policies x threshold rules)", grid_need):
     frames = []
     for spec in backbone_list:
@@ -177,7 +179,8 @@ if skips.check("the protocol grid (backbones x training policies x threshold rul
                                         "split": assignment, "y_true": y, "prob": prob}))
         for s in seed_list:
             try:
-                tuned = finetune_classifier(manifest_p, loadable[spec], epochs=int(finetune_epochs), random_state=s)
+                tuned = finetune_classifier(manifest_p, loadable[spec], epochs=int(finetune_epochs), random_state=s,
+                                            device=device)
             except ModelError as exc:  # an ONNX graph cannot be trained: frozen only
                 skips.check(f"the fine-tuned policy of {spec}", str(exc))
                 break

@@ -59,6 +59,7 @@ public_size = 64
 n_resamples = 500
 n_permutations = None  # None: run_audit's default, 100 (embeddings: only up to 1,000,000 values)
 seed = 0
+device = "auto"  # where models compute: auto (a GPU when torch sees one), cpu, cuda, mps
 results_dir = "results/05_split_and_shortcut_audit"
 
 # %% tags=["hide-input"]
@@ -90,7 +91,8 @@ results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
 is_phantom = str(data).startswith("phantom")
 # the zoo trains (or is reused) only when `model` is a zoo: spec, and then on zoo_data
-model_spec = resolve_models(model, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size)).specs
+model_spec = resolve_models(model, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size),
+                            device=device).specs
 model_spec = next(iter(model_spec.values()))
 
 
@@ -121,7 +123,7 @@ def leakage_need(manifest: pd.DataFrame) -> str | None:
 
 
 def embed(manifest: pd.DataFrame) -> np.ndarray:
-    return embed_models(manifest, {model: model_spec})[model]
+    return embed_models(manifest, {model: model_spec}, device=device)[model]
 
 
 def audit(manifest: pd.DataFrame, properties: pd.DataFrame, X: np.ndarray, fingerprints=None):

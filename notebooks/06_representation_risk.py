@@ -38,10 +38,14 @@
 # randomly initialised network, for two classification tasks and one
 # regression task; the line below the setup says which data, encoders and
 # tasks this run used. Each task is a manifest column: a two-class column
-# (numbers or text) is a classification task, a numeric column with more
-# values a regression task. The numbers are this run's.
+# (numbers or text) is a binary classification task, scored by
+# {ref}`AUROC <glossary-auroc>`; a text column with more classes, or an
+# integer column with 3 to 20 values, a multi-class task, scored by the
+# macro one-vs-rest AUROC (each class against the rest, averaged over the
+# classes) and the {ref}`balanced accuracy <glossary-balanced-accuracy>`; any other numeric column a
+# regression task, scored by R². The numbers are this run's.
 #
-# *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`locked validation <glossary-locked-validation>`, {ref}`feature union <glossary-feature-union>`, {ref}`AUROC <glossary-auroc>`.
+# *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`locked validation <glossary-locked-validation>`, {ref}`feature union <glossary-feature-union>`, {ref}`AUROC <glossary-auroc>`, {ref}`balanced accuracy <glossary-balanced-accuracy>`.
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=0"
@@ -57,6 +61,7 @@ n_components = 128
 n_partitions = 10
 n_resamples = 2000
 seed = 0
+device = "auto"  # where models compute: auto (a GPU when torch sees one), cpu, cuda, mps
 results_dir = "results/06_representation_risk"
 
 # %% tags=["hide-input"]
@@ -98,7 +103,8 @@ def code(text):
 manifest = load_data(data)
 on_phantom = str(data).startswith("phantom")
 # the zoo is trained (or reused) only when a zoo: encoder is listed, on zoo_data, never on data
-lineup = resolve_models(encoders, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size))
+lineup = resolve_models(encoders, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size),
+                        device=device)
 names = {name: short(name) for name in lineup.names}
 if len(set(names.values())) < len(names):  # two encoders with the same short name keep their full names
     names = {name: name for name in lineup.names}
@@ -120,7 +126,7 @@ if skips.check(
 outcomes, known = {}, {}
 if task_list:
     embeddings = {names[name]: X for name, X in
-                  embed_models(manifest, {name: lineup.specs[name] for name in lineup.names}).items()}
+                  embed_models(manifest, {name: lineup.specs[name] for name in lineup.names}, device=device).items()}
     for task in task_list:
         known[task] = manifest[task].notna().to_numpy()  # images without a value for the task are left out
         outcomes[task] = risk.representation_risk(
@@ -133,13 +139,21 @@ if task_list:
         (results / "risk.html").write_text(render_risk_html(outcomes), encoding="utf-8")  # as `crs risk` writes it
 
 
+def metric_name(name):
+    """A metric as readers see it (e.g. macro_auroc -> macro AUROC, one-vs-rest)."""
+    return plots.COLUMN_LABELS.get(name, name)
+
+
 def describe(task):
     outcome = outcomes[task]
     classes = outcome.settings["classes"]
     parts = [outcome.task]
-    if classes and classes != ["0", "1"]:
+    if outcome.task_type == "multiclass":
+        shown = ", ".join(code(c) for c in classes[:6]) + (", ..." if len(classes) > 6 else "")
+        parts.append(f"{len(classes)} classes: {shown}")
+    elif classes and classes != ["0", "1"]:
         parts.append(f"positive class {code(classes[1])} against {code(classes[0])}")
-    parts.append(outcome.metric)
+    parts.append(metric_name(outcome.metric))
     missing = int((~known[task]).sum())
     if missing:
         parts.append(f"{missing:,} images without a value left out")
@@ -176,13 +190,22 @@ def with_ci(v, lo, hi):
     return f"{v:.3f} [{lo:.3f}, {hi:.3f}]"
 
 
+def undefined_note(c, n_resamples):
+    """Bootstrap resamples without every class leave the metric undefined: say how many were left out."""
+    val, test = int(c["val_undefined"].max()), int(c["test_undefined"].max())
+    if not val and not test:
+        return ""
+    return (f" Of {n_resamples:,} patient-grouped resamples, {val:,} (validation) and {test:,} (test) lack a class; "
+            "the metric is undefined on them and they are left out of the intervals (nan when all are).")
+
+
 for task in task_list:
     c = candidates[candidates.task == task].sort_values("val_rank")
     shown = pd.DataFrame({
         "candidate": c["candidate"] + np.where(c["selected"], "  ← selected", ""),
-        f"validation {outcomes[task].metric}": [with_ci(*r) for r in c[["val_score", "val_low", "val_high"]].to_numpy()],
-        f"test {outcomes[task].metric}": [with_ci(*r) for r in c[["test_score", "test_low", "test_high"]].to_numpy()],
-        f"test {outcomes[task].secondary_metric}": c["test_secondary"].round(3),
+        f"validation {metric_name(outcomes[task].metric)}": [with_ci(*r) for r in c[["val_score", "val_low", "val_high"]].to_numpy()],
+        f"test {metric_name(outcomes[task].metric)}": [with_ci(*r) for r in c[["test_score", "test_low", "test_high"]].to_numpy()],
+        f"test {metric_name(outcomes[task].secondary_metric)}": c["test_secondary"].round(3),
     }).head(10)
     union = outcomes[task].primary.union
     display(Markdown(
@@ -191,6 +214,7 @@ for task in task_list:
         f"{union.get('gain', float('nan')):.3f} [{union.get('low', float('nan')):.3f}, "
         f"{union.get('high', float('nan')):.3f}]; **{'chosen' if union.get('chosen') else 'not chosen'}** "
         f"({html.escape(str(union.get('reason', '')))})."
+        + undefined_note(c, outcomes[task].primary.n_resamples)
     ))
     display(shown.style.hide(axis="index").format(escape="html", precision=3))
 
@@ -213,7 +237,7 @@ if task_list:
                 cbar_kws={"label": "rank on test (1 = best)"}, ax=ax, annot_kws={"fontsize": 8})
     ax.set(xlabel="", ylabel="")
     ax.set_xticklabels(ax.get_xticklabels(), rotation=35, ha="right", fontsize=8)
-    ax.set_title("Test score (AUROC or R²) and rank per task, first partition", fontsize=10)
+    ax.set_title("Test score (AUROC, macro AUROC or R²) and rank per task, first partition", fontsize=10)
     fig.tight_layout()
     plt.show()
 
@@ -225,7 +249,7 @@ if task_list:
     if len(task_list) == 1:
         task = task_list[0]
         verdict = (f"On {code(task)}, the only task of this run, {code(winners[task])} ranks first (test "
-                   f"{outcomes[task].metric} {scores.loc[task, winners[task]]:.3f}, then "
+                   f"{metric_name(outcomes[task].metric)} {scores.loc[task, winners[task]]:.3f}, then "
                    + ", ".join(f"{code(e)} {v:.3f}" for e, v in scores.loc[task].drop(winners[task])
                                .sort_values(ascending=False).head(3).items())
                    + "). Whether the best encoder changes with the task needs a second task.")
@@ -262,7 +286,7 @@ if task_list:
         plots.interval_dots(comp["difference"], comp["low"], comp["high"], ax=ax)
         ax.axvline(0, color="grey", linestyle=":")
         ax.set_yticks(range(len(comp)), comp["encoder"], fontsize=7)
-        ax.set_xlabel(f"{outcomes[task].metric}: candidate - selected")
+        ax.set_xlabel(f"{metric_name(outcomes[task].metric)}: candidate - selected")
         ax.set_title(f"{task}\n(selected: {outcomes[task].primary.selected})", fontsize=9)
     fig.tight_layout()
     plt.show()
@@ -316,7 +340,7 @@ if task_list:
             f"{code(t)}: {html.escape(str(row['selected most often']))} selected most often, "
             f"{row['distinct encoders selected']} distinct "
             f"{'encoder' if row['distinct encoders selected'] == 1 else 'encoders'} selected, the selected "
-            f"candidate's test {outcomes[t].metric} {row['test score mean']:.3f} on average"
+            f"candidate's test {metric_name(outcomes[t].metric)} {row['test score mean']:.3f} on average"
             + (f" (SD {row['test score SD']:.3f}, range {row['test score range']:.3f})"
                if np.isfinite(row["test score SD"]) else "")
             for t, row in stability.iterrows())
@@ -332,7 +356,8 @@ if task_list:
 # dimension control, selection on locked validation data, union only on
 # validation evidence, paired and split-level intervals) is one function:
 # `crslib.risk.representation_risk`, and one command for your own data and
-# encoders: `crs risk --data DATA --models SPEC,SPEC,... --task COLUMN`.
+# encoders: `crs risk --data DATA --models SPEC,SPEC,... --task COLUMN` (add
+# `--task-type multiclass`, `binary` or `regression` to override the guess).
 
 # %% [markdown]
 # ## What this run shows
