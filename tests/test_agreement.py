@@ -845,3 +845,127 @@ def test_permutation_null_with_large_groups_sits_at_the_group_aware_chance():
     se = null.values.std(ddof=1) / np.sqrt(null.values.size)
     assert abs(null.mean - group_chance) < 4 * se
     assert abs(null.mean - k / (n - 1)) > 10 * se  # 0.101: the chance that ignores the exclusion is too low
+
+
+# --------------------------------------------------------------------------- contracts the mutation run found unchecked
+
+
+def test_row_count_errors_name_both_embeddings():
+    X, Y = _rng(1).normal(size=(30, 4)), _rng(2).normal(size=(31, 4))
+    expected = r"row counts differ \(X_a: 30, X_b: 31\)"
+    with pytest.raises(InputError, match=expected):
+        ag.mutual_knn_overlap_per_image(X, Y, k=3)
+    with pytest.raises(InputError, match=expected):
+        ag.k_sweep(X, Y, ks=(3,))
+    with pytest.raises(InputError, match=expected):
+        ag.permutation_null(X, Y, k=3, n_permutations=5)
+    with pytest.raises(InputError, match=r"^n_permutations must be"):
+        ag.permutation_null(X, X, k=3, n_permutations=0)
+
+
+def test_default_k_is_ten():
+    X, Y = _rng(3).normal(size=(60, 5)), _rng(4).normal(size=(60, 5))
+    per_image = ag.mutual_knn_overlap_per_image(X, Y)
+    np.testing.assert_array_equal(per_image, ag.mutual_knn_overlap_per_image(X, Y, k=10))
+    assert not np.array_equal(per_image, ag.mutual_knn_overlap_per_image(X, Y, k=11))
+    res = ag.agreement_matrix({"a": X, "b": Y})
+    assert res.overlap.loc["a", "b"] == pytest.approx(per_image.mean())
+
+
+def test_k_sweep_searches_to_the_largest_k_beyond_ten():
+    # ks above 10 need the search itself to go that deep: a prefix of 10 neighbours cannot hold 20
+    X, Y = _rng(5).normal(size=(60, 5)), _rng(6).normal(size=(60, 5))
+    table = ag.k_sweep(X, Y, ks=(5, 20)).table.set_index("k")
+    for k in (5, 20):
+        assert table.loc[k, "overlap"] == pytest.approx(ag.mutual_knn_overlap(X, Y, k=k))
+    assert ag.k_sweep(X, X, ks=(20,)).table["overlap"].iloc[0] == 1.0
+
+
+def test_k_sweep_logs_what_it_dropped_and_refuses_when_nothing_is_left(caplog):
+    X = _rng(7).normal(size=(30, 4))
+    with caplog.at_level("INFO", logger="crslib.agreement"):
+        ag.k_sweep(X, X, ks=(2, 50))
+    assert "k_sweep: dropped k=[50] (need k <= 29 candidates for N=30)" in caplog.messages
+    # one group holds every image: no candidate is left after the exclusion, whatever k
+    with pytest.raises(InputError, match=r"no k in \[1, 2\] is below the number of candidate neighbours \(0\)"):
+        ag.k_sweep(X, X, ks=(1, 2), exclude_groups=np.zeros(30))
+
+
+def test_k_sweep_to_dict_holds_the_table_and_the_dropped_k():
+    X = _rng(8).normal(size=(30, 4))
+    res = ag.k_sweep(X, X, ks=(1, 3, 40))
+    d = res.to_dict()
+    assert set(d) == {"table", "dropped_k"} and d["dropped_k"] == [40]
+    assert [row["k"] for row in d["table"]] == [1, 3] and [row["overlap"] for row in d["table"]] == [1.0, 1.0]
+
+
+def test_agreement_matrix_input_errors_are_exact():
+    X = _rng(9).normal(size=(20, 3))
+    message = r"^embeddings must be a mapping \{model name: array\} with at least 2 models$"
+    for bad in ([X, X, X], {"a": X}):
+        with pytest.raises(InputError, match=message):
+            ag.agreement_matrix(bad, k=3)
+    with pytest.raises(InputError, match=r"^model names must be unique as strings, got \['1', '1'\]"):
+        ag.agreement_matrix({1: X, "1": X}, k=3)
+    with pytest.raises(InputError, match="nprobe"):
+        ag.agreement_matrix({"a": X, "b": X}, k=3, nprobe=0)
+
+
+def test_agreement_matrix_excludes_the_groups_it_is_given():
+    X, Y = _rng(10).normal(size=(40, 4)), _rng(11).normal(size=(40, 4))
+    groups = np.repeat(np.arange(10), 4)
+    res = ag.agreement_matrix({"a": X, "b": Y}, k=5, exclude_groups=groups)
+    expected = ag.mutual_knn_overlap(X, Y, k=5, exclude_groups=groups)
+    assert res.overlap.loc["a", "b"] == pytest.approx(expected)
+    assert expected != pytest.approx(ag.mutual_knn_overlap(X, Y, k=5))
+
+
+def test_agreement_frame_and_association_input_errors_are_exact():
+    acc = pd.Series({"a": 0.7, "b": 0.8, "c": 0.9})
+    with pytest.raises(InputError, match=r"^agreement must be an AgreementMatrix \(see agreement_matrix\) or a "
+                                         r"square DataFrame labelled by model name$"):
+        ag.accuracy_agreement_association(np.eye(3), acc)
+    rect = pd.DataFrame(np.eye(3)[:2], index=["a", "b"], columns=["a", "b", "c"])
+    with pytest.raises(InputError, match=r"^agreement must be square with the same model names, in the same order, "
+                                         r"on rows and columns$"):
+        ag.accuracy_agreement_association(rect, acc)
+    square = pd.DataFrame(np.eye(3), index=list("abc"), columns=list("abc"))
+    with pytest.raises(InputError, match=r"^accuracy must be a pandas Series indexed by model name$"):
+        ag.accuracy_agreement_association(square, acc.to_dict())
+
+
+def test_association_default_seed_is_zero_and_reaches_the_mantel_test():
+    rng = _rng(12)
+    names = [f"m{i}" for i in range(8)]  # 8! orderings: sampled, not enumerated
+    acc = pd.Series(rng.uniform(0.6, 0.9, size=8), index=names)
+    A = rng.uniform(0.1, 0.5, size=(8, 8))
+    A = pd.DataFrame((A + A.T) / 2, index=names, columns=names)
+    default = ag.accuracy_agreement_association(A, acc, n_permutations=99)
+    assert not default["exact"]
+    assert default == ag.accuracy_agreement_association(A, acc, n_permutations=99, random_state=0)
+    other = ag.accuracy_agreement_association(A, acc, n_permutations=99, random_state=1)
+    assert other["mantel_p"] != default["mantel_p"] and other["mantel_r"] == default["mantel_r"]
+
+
+def test_convergence_pairs_keep_a_pair_listed_after_another_architecture():
+    info = pd.DataFrame({"name": ["s0", "wide0", "s1"], "objective": ["sup"] * 3, "seed": [0, 0, 1],
+                         "architecture": ["small", "wide", "small"]})
+    A = pd.DataFrame(0.25, index=info["name"], columns=info["name"])
+    pairs = ag.convergence_pairs(A, info)
+    assert list(zip(pairs["model_a"], pairs["model_b"])) == [("s0", "s1")]
+
+
+def test_convergence_table_with_no_pair_of_a_kind_warns_nothing():
+    import warnings
+
+    # one seed per objective: no within-objective pair; one objective per architecture elsewhere: no across pair
+    info = pd.DataFrame({"name": ["a", "b", "c", "d"], "objective": ["sup", "ssl", "mim", "mim"],
+                         "seed": [0, 0, 0, 1], "architecture": ["small", "small", "wide", "wide"]})
+    A = pd.DataFrame(0.3, index=info["name"], columns=info["name"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        table = ag.convergence_table(A, info)
+    small = table[(table["architecture"] == "small") & (table["objective"] == "sup")].iloc[0]
+    assert small["n_within"] == 0 and np.isnan(small["within_mean"]) and small["across_mean"] == pytest.approx(0.3)
+    wide = table[(table["architecture"] == "wide") & (table["objective"] == "mim")].iloc[0]
+    assert wide["n_across"] == 0 and np.isnan(wide["across_mean"]) and wide["within_mean"] == pytest.approx(0.3)
