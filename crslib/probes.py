@@ -539,9 +539,9 @@ def knn_means(Z_fit: np.ndarray, y_fit: np.ndarray, Z_query: np.ndarray, ks) -> 
     >>> means[1].tolist(), means[2].tolist()
     ([0.0, 1.0], [0.0, 1.0])
     """
-    k_max = min(max(ks), y_fit.size)
+    k_max = min(max(ks), y_fit.shape[0])  # rows, also for a one-hot (rows x classes) target
     d2 = (Z_query * Z_query).sum(axis=1)[:, None] - 2.0 * (Z_query @ Z_fit.T) + (Z_fit * Z_fit).sum(axis=1)[None, :]
-    if k_max < y_fit.size:
+    if k_max < y_fit.shape[0]:
         # argpartition would take an arbitrary subset of the rows tied at the k-th distance;
         # keep every row below it and the earliest of those at it, in row order
         kth = np.partition(d2, k_max - 1, axis=1)[:, k_max - 1, None]
@@ -549,7 +549,7 @@ def knn_means(Z_fit: np.ndarray, y_fit: np.ndarray, Z_query: np.ndarray, ks) -> 
         keep = below | (at & (np.cumsum(at, axis=1, dtype=np.int32) <= k_max - below.sum(axis=1, keepdims=True)))
         near = np.nonzero(keep)[1].reshape(-1, k_max)
     else:
-        near = np.broadcast_to(np.arange(y_fit.size), d2.shape)
+        near = np.broadcast_to(np.arange(y_fit.shape[0]), d2.shape)
     # near is in row order, so the stable sort keeps tied rows in row order
     order = np.argsort(np.take_along_axis(d2, near, axis=1), axis=1, kind="stable")
     ind = np.take_along_axis(near, order, axis=1)
@@ -557,21 +557,28 @@ def knn_means(Z_fit: np.ndarray, y_fit: np.ndarray, Z_query: np.ndarray, ks) -> 
     return {k: cum[:, min(k, k_max) - 1] / min(k, k_max) for k in ks}
 
 
-def fit_knn_head(Z, y, tr, folds, task):
-    """kNN head, k chosen by inner CV: (prediction for every row, ``"k=.."``, inner score)."""
+def fit_knn_head(Z, y, tr, folds, task, *, targets=None, score=None):
+    """kNN head, k chosen by inner CV: (prediction for every row, ``"k=.."``, inner score).
+
+    ``targets`` (default ``y``) are what the neighbours average, e.g. one-hot
+    class indicators (rows x classes) for class shares; ``score(y, pred)``
+    (default :func:`primary_score` of ``task``) ranks the k on the inner folds.
+    """
+    targets = y if targets is None else targets
+    score = score or (lambda truth, pred: primary_score(task, truth, pred))
     best, inner = _DEFAULT_PARAM["knn"], float("nan")
-    Zt, yt = Z[tr], y[tr]
+    Zt, yt, tt = Z[tr], y[tr], targets[tr]
     if folds:
-        oof = {k: np.zeros(yt.size) for k in _K_GRID}
+        oof = {k: np.zeros(tt.shape) for k in _K_GRID}
         for fit, val in folds:
-            for k, pred in knn_means(Zt[fit], yt[fit], Zt[val], _K_GRID).items():
+            for k, pred in knn_means(Zt[fit], tt[fit], Zt[val], _K_GRID).items():
                 oof[k][val] = pred
-        scores = [primary_score(task, yt, oof[k]) for k in _K_GRID]
+        scores = [score(yt, oof[k]) for k in _K_GRID]
         if np.isfinite(scores).any():
             i = int(np.nanargmax(scores))
             best, inner = _K_GRID[i], float(scores[i])
     k = min(best, yt.size)
-    return knn_means(Zt, yt, Z, [k])[k], f"k={k}", inner
+    return knn_means(Zt, tt, Z, [k])[k], f"k={k}", inner
 
 
 def fit_mlp_head(Z, y, tr, folds, task, seed):

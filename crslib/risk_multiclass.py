@@ -29,8 +29,8 @@ import warnings
 import numpy as np
 
 from crslib.errors import DataError, InputError
-from crslib.probes import (_C_GRID, _DEFAULT_PARAM, _K_GRID, _MLP_OPTIONS, class_proba, fit_head, fit_linear_head,
-                           knn_means)
+from crslib.probes import (_C_GRID, _DEFAULT_PARAM, _MLP_OPTIONS, class_proba, fit_head, fit_knn_head,
+                           fit_linear_head)
 from crslib.probes import linear_head as _probe_linear_head
 from crslib.risk_scores import MULTICLASS, primary_score
 from crslib.splits import MIN_PATIENTS, grouped_partition, inner_folds, min_patients, patient_partition
@@ -176,21 +176,9 @@ def _multiclass_linear(Z, y, tr, inner, seed=None):
 
 def _multiclass_knn(Z, y, tr, inner, seed=None):
     """Class shares among the k nearest training rows, k by inner-CV macro AUROC."""
-    n_classes = _n_classes(y)
-    onehot = np.eye(n_classes)[y]
-    best, score = _DEFAULT_PARAM["knn"], float("nan")
-    Zt, yt, ht = Z[tr], y[tr], onehot[tr]
-    if inner:
-        oof = {k: np.zeros((yt.size, n_classes)) for k in _K_GRID}
-        for fit, val in inner:
-            for k, pred in knn_means(Zt[fit], ht[fit], Zt[val], _K_GRID).items():
-                oof[k][val] = pred
-        scores = [primary_score(MULTICLASS, yt, oof[k]) for k in _K_GRID]
-        if np.isfinite(scores).any():
-            i = int(np.nanargmax(scores))
-            best, score = _K_GRID[i], float(scores[i])
-    k = min(best, yt.size)
-    return knn_means(Zt, ht, Z, [k])[k], f"k={k}", score
+    onehot = np.eye(_n_classes(y))[y]
+    return fit_knn_head(Z, y, tr, inner, MULTICLASS, targets=onehot,
+                        score=lambda truth, pred: primary_score(MULTICLASS, truth, pred))
 
 
 def _multiclass_mlp(Z, y, tr, inner, seed=0):

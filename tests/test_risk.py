@@ -304,6 +304,24 @@ def test_knn_means_breaks_distance_ties_by_row_order_as_documented():
     assert (means[1].tolist(), means[2].tolist(), means[3].tolist()) == ([1.0], [0.5], [1 / 3])
 
 
+
+def test_knn_means_of_one_hot_targets_are_class_shares_even_with_k_above_the_rows():
+    from crslib.probes import knn_means
+
+    # 6 fitting rows of 3 classes, k up to 31: the shares count rows, not rows x classes
+    Z_fit = np.arange(6.0)[:, None]
+    y = np.array([0, 0, 1, 1, 2, 2])
+    onehot = np.eye(3)[y]
+    means = knn_means(Z_fit, onehot, np.array([[0.2], [5.1]]), [1, 4, 31])
+    assert means[1].tolist() == [[1.0, 0.0, 0.0], [0.0, 0.0, 1.0]]
+    assert means[4].tolist() == [[0.5, 0.5, 0.0], [0.0, 0.5, 0.5]]
+    np.testing.assert_allclose(means[31], np.full((2, 3), 1 / 3))
+    for k in (1, 4, 31):  # the same as the binary indicator of each class, column by column
+        for c in range(3):
+            np.testing.assert_allclose(means[k][:, c], knn_means(Z_fit, (y == c).astype(int), np.array([[0.2], [5.1]]),
+                                                                 [k])[k])
+
+
 # --------------------------------------------------------------------------- bootstrap
 
 
