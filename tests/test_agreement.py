@@ -969,3 +969,27 @@ def test_convergence_table_with_no_pair_of_a_kind_warns_nothing():
     assert small["n_within"] == 0 and np.isnan(small["within_mean"]) and small["across_mean"] == pytest.approx(0.3)
     wide = table[(table["architecture"] == "wide") & (table["objective"] == "mim")].iloc[0]
     assert wide["n_across"] == 0 and np.isnan(wide["across_mean"]) and wide["within_mean"] == pytest.approx(0.3)
+
+
+def test_agreement_matrix_searches_like_knn_search_with_its_defaults():
+    import inspect
+
+    matrix, search = inspect.signature(ag.agreement_matrix).parameters, inspect.signature(ann.knn_search).parameters
+    for name in ("threshold", "recall_sample", "index", "metric"):
+        assert matrix[name].default == search[name].default, name
+    # above a (lowered) threshold: the same approximate search, the same measured recall (seed 0)
+    # (2,000 rows in 16-d: 16 of 51 cells probed, so the recall is below 1 and depends on the seed)
+    X = _rng(13).normal(size=(2000, 16))
+    res = ag.agreement_matrix({"a": X, "b": X[:, ::-1]}, k=5, index="ivf", threshold=100, recall_sample=60)
+    _, info = ann.knn_search(X, k=5, index="ivf", threshold=100, recall_sample=60, random_state=0)
+    _, other = ann.knn_search(X, k=5, index="ivf", threshold=100, recall_sample=60, random_state=1)
+    assert res.search["a"]["recall"] == info["recall"] != other["recall"]
+    assert res.search["a"]["recall_sample"] == 60
+
+
+def test_convergence_pairs_report_the_overlap_as_a_float_from_an_integer_frame():
+    info = pd.DataFrame({"name": ["a", "b"], "objective": ["sup", "sup"], "seed": [0, 1],
+                         "architecture": ["small", "small"]})
+    A = pd.DataFrame(1, index=["a", "b"], columns=["a", "b"])  # identical models: exact overlap 1
+    pairs = ag.convergence_pairs(A, info)
+    assert pairs["overlap"].dtype == np.float64 and pairs["overlap"].tolist() == [1.0]
