@@ -151,6 +151,16 @@ def _reader_problems(rel: str, browser, machine_paths: tuple[str, ...]) -> list[
     return problems
 
 
+def _open(browser, url: str) -> None:
+    """Load a page and wait until its document is complete: on a loaded machine the driver can hand
+    back control before the body exists (a CI run once found document.body null right after get)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    browser.get(url)
+    WebDriverWait(browser, 60).until(
+        lambda b: b.execute_script("return document.readyState === 'complete' && document.body !== null"))
+
+
 def _check_pages(base: str, html_dir: Path, browser, shots: Path,
                  machine_paths: tuple[str, ...] = ()) -> tuple[list[str], dict[str, tuple[int, str]]]:
     """Load every page: the problems found, and per executed-notebook page (figures shown, its text)."""
@@ -160,7 +170,7 @@ def _check_pages(base: str, html_dir: Path, browser, shots: Path,
     notebooks: dict[str, tuple[int, str]] = {}
     for page in pages:
         rel = page.relative_to(html_dir).as_posix()
-        browser.get(base + rel)
+        _open(browser, base + rel)
         browser.execute_script("window.scrollTo(0, document.body.scrollHeight)")  # load lazy images
         browser.execute_async_script(
             "const done = arguments[arguments.length - 1];"
@@ -225,12 +235,9 @@ def _assert_claims_shown(html_dir: Path, notebooks: dict[str, tuple[int, str]], 
     """The claims page lists every ledger id; every study chapter ends with its *What this run shows* box."""
     from crslib.claims import CHAPTERS, CLAIM_IDS
 
-    browser.get(base + "book/generated/claims.html")
+    _open(browser, base + "book/generated/claims.html")
     # textContent, not innerText: the DOM's text does not depend on layout, which a loaded machine may not have
     # finished (a CI run once missed the table's last row through innerText)
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(browser, 60).until(lambda b: b.execute_script("return document.readyState") == "complete")
     text = browser.execute_script("return document.body.textContent;")
     missing = [cid for cid in CLAIM_IDS if cid not in text]
     assert not missing, f"the claims page lacks {missing}"
