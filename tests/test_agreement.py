@@ -993,3 +993,26 @@ def test_convergence_pairs_report_the_overlap_as_a_float_from_an_integer_frame()
     A = pd.DataFrame(1, index=["a", "b"], columns=["a", "b"])  # identical models: exact overlap 1
     pairs = ag.convergence_pairs(A, info)
     assert pairs["overlap"].dtype == np.float64 and pairs["overlap"].tolist() == [1.0]
+
+
+def test_grouped_permutation_null_searches_deep_enough_for_a_large_group():
+    # 25 of 30 images share a group, k = 5: a row of that group keeps only the 5 images outside it, so the
+    # relabelled list must go k + 24 = 29 deep (every other image). Reference: the full ranking, filtered.
+    rng = _rng(14)
+    X_a, X_b = rng.normal(size=(30, 4)), rng.normal(size=(30, 4))
+    groups = np.array([0] * 25 + [1, 2, 3, 4, 5])
+    res = ag.permutation_null(X_a, X_b, k=5, n_permutations=8, exclude_groups=groups, random_state=3)
+    I_a = nb.knn_indices(X_a, k=5, exclude_groups=groups)
+    full_b = nb.knn_indices(X_b, k=29)
+    draws = np.random.default_rng(3)
+    expected = []
+    for _ in range(8):
+        perm = draws.permutation(30)
+        inv = np.empty_like(perm)
+        inv[perm] = np.arange(30)
+        shared = 0
+        for i in range(30):
+            ranked = [j for j in inv[full_b[perm[i]]] if groups[j] != groups[i]][:5]
+            shared += len(set(ranked) & set(I_a[i].tolist()))
+        expected.append(shared / (30 * 5))
+    np.testing.assert_allclose(res.values, expected)
