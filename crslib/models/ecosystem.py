@@ -58,7 +58,7 @@ import torch  # noqa: E402  (this module is imported only when an hf: or open_cl
 from crslib._io import digest_of
 from crslib.errors import ModelError
 from crslib.models._options import _parse_int
-from crslib.models.encoders import Preprocessing, TorchEncoder, _state_dict_sha256, _state_signature, weights_sha256
+from crslib.models.encoders import Preprocessing, TorchEncoder, _loaded_or_state, _state_signature, weights_sha256
 
 log = logging.getLogger(__name__)
 
@@ -165,9 +165,7 @@ class EcosystemEncoder(TorchEncoder):
         return dict(self.arch)
 
     def _weights_fingerprint(self) -> str:
-        if self._files_hash is not None and _state_signature(self.module.state_dict()) == self._loaded_signature:
-            return "files:" + self._files_hash
-        return "state_dict:" + _state_dict_sha256(self.module)
+        return _loaded_or_state(self, None if self._files_hash is None else "files:" + self._files_hash)
 
 
 def _seeded(seed: int, build):

@@ -355,6 +355,15 @@ def _state_dict_sha256(module) -> str:
     return value
 
 
+def _loaded_or_state(encoder, files_fingerprint: str | None) -> str:
+    """The weight files' fingerprint while the module still holds the weights loaded from them
+    (``encoder._loaded_signature``), else the hash of its current state dict."""
+    if files_fingerprint is not None and (
+            _state_signature(encoder.module.state_dict()) == encoder._loaded_signature):
+        return files_fingerprint
+    return "state_dict:" + _state_dict_sha256(encoder.module)
+
+
 # --------------------------------------------------------------------------- interface
 
 
@@ -631,9 +640,7 @@ class TimmEncoder(TorchEncoder):
         return dict(self.arch)
 
     def _weights_fingerprint(self) -> str:
-        if self._file_hash is not None and _state_signature(self.module.state_dict()) == self._loaded_signature:
-            return "file:" + self._file_hash
-        return "state_dict:" + _state_dict_sha256(self.module)
+        return _loaded_or_state(self, None if self._file_hash is None else "file:" + self._file_hash)
 
 
 class OnnxEncoder(Encoder):
