@@ -253,6 +253,8 @@ def _cmd_risk(args: argparse.Namespace) -> int:
         result = representation_risk(
             embeddings, manifest[task].to_numpy(), groups=groups.to_numpy(), n_components=args.components,
             n_partitions=args.partitions, n_resamples=args.resamples, random_state=args.seed, task=args.task_type,
+            loss=args.loss, union_size=args.union_size,
+            combinations=[c.strip() for c in args.combinations.split(",") if c.strip()],
         )
         outcomes[task] = result
         result.save(out, name=task)
@@ -467,8 +469,10 @@ def _add_risk_command(sub: argparse._SubParsersAction) -> None:
         help="representation risk: benchmark encoders, select on locked validation data",
         description="Benchmark several encoders on a task under common dimension control (PCA fitted on "
         "training rows), with linear, kNN and MLP heads; select on a locked validation partition; accept a "
-        "feature union only with validation evidence; report paired test comparisons and the spread over "
-        "repeated patient-grouped partitions. Writes CSV tables and risk.html.",
+        "feature union or a combination of the encoders' predictions (average, greedy average, linear stack) "
+        "only with validation evidence; select by a proper score (log loss, MSE or MAE) with a tie rule that "
+        "prefers the simpler candidate; refit the choice on train + validation; report paired test comparisons "
+        "and the spread over repeated patient-grouped partitions. Writes CSV tables and risk.html.",
     )
     p.add_argument("--data", required=True, metavar="DATA", help="images with the task column(s)")
     p.add_argument("--models", required=True, metavar="SPEC,SPEC,...", help="comma-separated model specs")
@@ -478,8 +482,15 @@ def _add_risk_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--task-type", default="auto", choices=("auto", "binary", "multiclass", "regression"),
                    help="override the guessed task type of every --task column (default auto)")
     p.add_argument("--components", type=int, default=128, help="shared PCA dimension (default 128)")
-    p.add_argument("--partitions", type=int, default=10, help="repeated partitions (default 10)")
+    p.add_argument("--partitions", type=int, default=12, help="repeated partitions (default 12)")
     p.add_argument("--resamples", type=int, default=2000, help="bootstrap resamples (default 2000)")
+    p.add_argument("--loss", default="auto", choices=("auto", "log_loss", "mse", "mae"),
+                   help="proper score that selects on validation: auto = log_loss (classification), mse "
+                   "(regression)")
+    p.add_argument("--union-size", type=int, default=2, metavar="N",
+                   help="encoders in the feature union (0: none; default 2)")
+    p.add_argument("--combinations", default="average,greedy,stack", metavar="KIND,...",
+                   help="prediction-level combinations to try (default average,greedy,stack; '' for none)")
     p.add_argument("--seed", type=int, default=0, help="seed of partitions and bootstrap (default 0)")
     p.add_argument("--out", default="crs-risk", metavar="DIR", help="output folder (default crs-risk)")
     _add_device(p)

@@ -502,22 +502,31 @@ def head_predict(model, task: str, Z: np.ndarray) -> np.ndarray:
     return model.predict_proba(Z)[:, 1] if task == "classification" else model.predict(Z)
 
 
-def fit_linear_head(Z, y, tr, folds, task):
-    """Linear head, its penalty chosen by inner CV.
+def fit_linear_head(Z, y, tr, folds, task, *, fold_features=None, param=None, score=None):
+    """Linear head, its penalty chosen by inner CV (or fixed by ``param``).
 
-    Returns the prediction for every row, ``"C=.."`` or ``"alpha=.."``, and its inner-CV score.
+    ``fold_features[i]`` holds the training rows' features as reduced by a
+    PCA fitted on fold i's fitting rows only (default: ``Z[tr]`` for every
+    fold), so an inner fold's held-out rows never shape the features it is
+    scored on. ``score(y, pred)`` ranks the penalties (higher is better;
+    default :func:`primary_score` of ``task``). Returns the prediction for
+    every row, ``"C=.."`` or ``"alpha=.."``, and its inner-CV score.
     """
+    score = score or (lambda truth, pred: primary_score(task, truth, pred))
     grid = _C_GRID if task == "classification" else _ALPHA_GRID
     name = "C" if task == "classification" else "alpha"
     best, inner = _DEFAULT_PARAM[f"linear_{task}"], float("nan")
-    if folds:
-        Zt, yt = Z[tr], y[tr]
+    if param is not None:
+        best = param
+    elif folds:
+        yt = y[tr]
         scores = []
         for value in grid:
             oof = np.zeros(yt.size)
-            for fit, val in folds:
+            for i, (fit, val) in enumerate(folds):
+                Zt = Z[tr] if fold_features is None else fold_features[i]
                 oof[val] = head_predict(linear_head(task, value).fit(Zt[fit], yt[fit]), task, Zt[val])
-            scores.append(primary_score(task, yt, oof))
+            scores.append(score(yt, oof))
         if np.isfinite(scores).any():
             i = int(np.nanargmax(scores))
             best, inner = grid[i], float(scores[i])
@@ -557,21 +566,25 @@ def knn_means(Z_fit: np.ndarray, y_fit: np.ndarray, Z_query: np.ndarray, ks) -> 
     return {k: cum[:, min(k, k_max) - 1] / min(k, k_max) for k in ks}
 
 
-def fit_knn_head(Z, y, tr, folds, task, *, targets=None, score=None):
-    """kNN head, k chosen by inner CV: (prediction for every row, ``"k=.."``, inner score).
+def fit_knn_head(Z, y, tr, folds, task, *, targets=None, score=None, fold_features=None, param=None):
+    """kNN head, k chosen by inner CV (or fixed by ``param``): (prediction for every row, ``"k=.."``, inner score).
 
     ``targets`` (default ``y``) are what the neighbours average, e.g. one-hot
     class indicators (rows x classes) for class shares; ``score(y, pred)``
-    (default :func:`primary_score` of ``task``) ranks the k on the inner folds.
+    (default :func:`primary_score` of ``task``) ranks the k on the inner folds;
+    ``fold_features`` as in :func:`fit_linear_head`.
     """
     targets = y if targets is None else targets
     score = score or (lambda truth, pred: primary_score(task, truth, pred))
     best, inner = _DEFAULT_PARAM["knn"], float("nan")
     Zt, yt, tt = Z[tr], y[tr], targets[tr]
-    if folds:
+    if param is not None:
+        best = int(param)
+    elif folds:
         oof = {k: np.zeros(tt.shape) for k in _K_GRID}
-        for fit, val in folds:
-            for k, pred in knn_means(Zt[fit], tt[fit], Zt[val], _K_GRID).items():
+        for i, (fit, val) in enumerate(folds):
+            Zf = Zt if fold_features is None else fold_features[i]
+            for k, pred in knn_means(Zf[fit], tt[fit], Zf[val], _K_GRID).items():
                 oof[k][val] = pred
         scores = [score(yt, oof[k]) for k in _K_GRID]
         if np.isfinite(scores).any():
@@ -602,8 +615,14 @@ def fit_mlp_head(Z, y, tr, folds, task, seed):
     return pred, "hidden=64", float("nan")
 
 
-def fit_head(head: str, Z, y, tr, folds, task, seed):
+def fit_head(head: str, Z, y, tr, folds, task, seed, *, fold_features=None, param=None, score=None):
     """Fit one head (``"linear"``, ``"knn"`` or ``"mlp"``) on the training rows ``tr`` of ``Z``.
+
+    ``fold_features`` (per inner fold, the training rows' fold-reduced
+    features) and ``param`` (a fixed hyperparameter value: no inner CV) as
+    in :func:`fit_linear_head`, and ``score(y, pred)`` (higher is better)
+    that ranks the inner-CV settings; the MLP has fixed settings and
+    ignores all three.
 
     Returns
     -------
@@ -615,7 +634,7 @@ def fit_head(head: str, Z, y, tr, folds, task, seed):
         Its inner-CV primary score (NaN without inner CV).
     """
     if head == "linear":
-        return fit_linear_head(Z, y, tr, folds, task)
+        return fit_linear_head(Z, y, tr, folds, task, fold_features=fold_features, param=param, score=score)
     if head == "knn":
-        return fit_knn_head(Z, y, tr, folds, task)
+        return fit_knn_head(Z, y, tr, folds, task, fold_features=fold_features, param=param, score=score)
     return fit_mlp_head(Z, y, tr, folds, task, seed)

@@ -406,33 +406,71 @@ def render_risk_html(outcomes: Mapping[str, RiskResult]) -> str:
     for task, result in outcomes.items():
         if not isinstance(result, RiskResult):
             raise InputError(f"outcome of task {task!r} is a {type(result).__name__}, not a RiskResult")
-        primary = result.primary
-        union = primary.union
-        scores = result.selected_test_scores
-        columns = ["candidate", "val_score", "val_low", "val_high", "test_score", "test_low", "test_high",
-                   "test_secondary", "selected"]
-        candidates = primary.candidates.sort_values("val_rank")[columns]
-        sections.append(
-            f"<h2>{html.escape(str(task))} ({html.escape(result.task)}, {html.escape(result.metric)})</h2>"
-            f"<p>Selected on validation (first partition): <b>{html.escape(primary.selected)}</b>, test "
-            f"{html.escape(result.metric)} {primary.selected_row['test_score']:.3f} "
-            f"[{primary.selected_row['test_low']:.3f}, {primary.selected_row['test_high']:.3f}]. "
-            f"Feature union: {'chosen' if union.get('chosen') else 'not chosen'} "
-            f"({html.escape(str(union.get('reason', '')))}). Over {len(result.partitions)} partitions the "
-            f"selected candidate's test score ranged {scores.min():.3f}-{scores.max():.3f} "
-            f"(mean {scores.mean():.3f}).</p>"
-            "<h3>Candidates (first partition)</h3>" + candidates.round(4).to_html(index=False)
-            + "<h3>Paired test comparisons with the selected candidate</h3>"
-            + primary.comparisons.round(4).to_html(index=False)
-            + "<h3>Selection over repeated partitions</h3>" + result.selection_counts.round(3).to_html(index=False)
-            + "<h3>Test score spread over partitions</h3>" + result.spread.round(4).to_html(index=False)
-        )
+        sections.append(_risk_section(str(task), result))
     return _page("crs risk", (
         "<h1>Representation risk</h1><p>Encoders benchmarked under common dimension control (PCA "
-        "fitted on training rows), several heads, selection on a locked validation partition, feature union "
-        "only with validation evidence, paired and split-level uncertainty (patient-grouped).</p>"
+        "fitted on training rows), several heads, prediction-level combinations (average, greedy average, "
+        "linear stack) and a feature union; selection on a locked validation partition by a proper score, "
+        "preferring the simpler candidate within the bootstrap noise; a combination only with paired "
+        "validation evidence (crslib's own rule); the choice refitted on train + validation before the test; "
+        "paired and split-level uncertainty (patient-grouped).</p>"
         + "".join(sections)
     ))
+
+
+def _interval(value: float, low: float, high: float) -> str:
+    return f"{value:.4f} [{low:.4f}, {high:.4f}]"
+
+
+def _risk_section(task: str, result: RiskResult) -> str:
+    """One task's part of :func:`render_risk_html`: selection, refit, metric panel, what was dropped, stability."""
+    primary = result.primary
+    scores = result.selected_test_scores
+    sel = primary.selection
+    selection = pd.DataFrame({
+        "candidate": sel["candidate"], "kind": sel["kind"], "members": sel["members"],
+        f"validation {primary.loss}": [_interval(*r) for r in sel[["val_loss", "val_loss_low", "val_loss_high"]]
+                                       .to_numpy()],
+        "gap to best single": [_interval(*r) for r in sel[["gap", "gap_low", "gap_high"]].to_numpy()],
+        "gain over kept single": ["" if np.isnan(lo) else f"[{lo:.4f}, {hi:.4f}]"
+                                  for lo, hi in sel[["gain_low", "gain_high"]].to_numpy()],
+        "chosen": sel["chosen"], "why": sel["why"],
+    })
+    columns = ["candidate", "kind", "val_score", "val_low", "val_high", "test_score", "test_low", "test_high",
+               "test_secondary", "test_loss", "selected"]
+    candidates = primary.candidates.sort_values("val_loss")[columns]
+    panel = primary.metrics.assign(value=[_interval(*r) for r in primary.metrics[["value", "low", "high"]]
+                                          .to_numpy()]).pivot(index="metric", columns="fit", values="value")
+    panel = panel.reindex(primary.metrics["metric"].drop_duplicates())
+    dropped = result.dropped
+    n_dropped = dropped.loc[dropped["part"] != "fit", "n_dropped"]
+    not_fitted = dropped[dropped["part"] == "fit"]
+    drop_text = (f"Over {len(result.partitions)} partitions, {int(n_dropped.sum()):,} of "
+                 f"{int(dropped.loc[dropped['part'] != 'fit', 'n_resamples'].sum()):,} bootstrap resamples lacked a "
+                 f"class and were left out of the {html.escape(result.metric)} intervals; "
+                 f"{len(not_fitted)} candidate fit(s) could not be made"
+                 + (": " + "; ".join(sorted({html.escape(f"{r.candidate}: {r.reason}")
+                                             for r in not_fitted.itertuples()})) if len(not_fitted) else "") + ".")
+    refit = primary.refit.set_index("fit")
+    return (
+        f"<h2>{html.escape(task)} ({html.escape(result.task)}, {html.escape(result.metric)})</h2>"
+        f"<p>Selected on validation (first partition) by {html.escape(primary.loss)}: "
+        f"<b>{html.escape(primary.selected)}</b>. Test {html.escape(result.metric)} as fitted on the training rows "
+        f"{_interval(*refit.loc['train', ['test_score', 'test_low', 'test_high']])}; refitted on train + "
+        f"validation {_interval(*refit.loc['train+validation', ['test_score', 'test_low', 'test_high']])}. "
+        f"Over {len(result.partitions)} partitions the selected candidate's test score (train fit) ranged "
+        f"{scores.min():.3f}-{scores.max():.3f} (mean {scores.mean():.3f}).</p>"
+        f"<p>{drop_text}</p>"
+        "<h3>Selection on validation (first partition)</h3>" + selection.to_html(index=False)
+        + "<h3>Test: the selected candidate, fitted on train and refitted on train + validation</h3>"
+        + primary.refit.round(4).to_html(index=False)
+        + "<h3>Metric panel of the selected candidate on test</h3>" + panel.to_html()
+        + "<h3>Candidates (first partition)</h3>" + candidates.round(4).to_html(index=False)
+        + "<h3>Paired test comparisons with the selected candidate</h3>"
+        + primary.comparisons.round(4).to_html(index=False)
+        + "<h3>Selection over repeated partitions</h3>" + result.selection_counts.round(3).to_html(index=False)
+        + "<h3>Test score spread over partitions</h3>" + result.spread.round(4).to_html(index=False)
+    )
 
 
 # --------------------------------------------------------------------------- model replacement check

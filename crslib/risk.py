@@ -1,6 +1,6 @@
 """Representation risk: the encoder as a source of model uncertainty.
 
-Study 3 (LOOKAGAIN-style) treats the choice of image encoder the way one
+Study 3 treats the choice of image encoder the way one
 treats any other modelling choice: plausible encoders map the same images
 into different spaces, and a conclusion drawn on one of them may not hold on
 another. The workflow implemented here:
@@ -14,20 +14,31 @@ another. The workflow implemented here:
    its width alone.
 3. **Several heads per encoder.** A regularised linear model, k-nearest
    neighbours and a small MLP (:data:`HEADS`); their hyperparameters are
-   chosen by patient-grouped cross-validation inside the training rows.
-4. **Selection on locked validation data.** Every encoder x head candidate is
-   scored on the validation partition; the best one is selected. The test
-   partition is never read for any choice.
-5. **Feature union only with validation evidence.** The reduced features of
-   the ``union_size`` best encoders are concatenated and given a linear
-   head; the union replaces the best single-encoder candidate only when a
-   paired, patient-grouped bootstrap of the validation gain has a lower
-   confidence bound above zero.
+   chosen by patient-grouped cross-validation inside the training rows, by
+   the selection loss, each inner fold with a scaler and PCA fitted on its
+   own fitting rows only.
+4. **Combinations of encoders.** The prediction-level combinations of
+   :mod:`crslib.risk_select` (the average, a greedy average chosen by
+   forward selection on validation, and a linear stack fitted on the
+   encoders' out-of-fold training predictions) and a feature union (the
+   reduced features of the ``union_size`` encoders with the lowest
+   validation loss, concatenated, with a linear head).
+5. **Selection on locked validation data by a proper score.** Log loss
+   (classification) or MSE / MAE (regression); within the bootstrap noise
+   of the best single candidate the simpler one is kept, and a combination
+   replaces it only when a paired, patient-grouped bootstrap of its
+   validation gain has a lower confidence bound above zero (crslib's guard;
+   :func:`crslib.risk_select.select_candidate`). The test partition is
+   never read for any choice. The choice is then refitted on train +
+   validation (:func:`refit_prediction`) and both fits are scored on test.
 6. **Paired and split-level uncertainty.** Every candidate is compared with
-   the selected one on the same test bootstrap resamples (paired), and the
-   whole workflow is repeated on ``n_partitions`` re-drawn partitions
-   (:func:`representation_risk`), which shows how much the test score, the
-   selected encoder and the encoders' ranking depend on one split.
+   the selected one on the same test bootstrap resamples (paired), the
+   study's metric panel is reported with patient-grouped intervals
+   (:mod:`crslib.risk_metrics`), and the whole workflow is repeated on
+   ``n_partitions`` re-drawn partitions (:func:`representation_risk`; 12
+   by default, as the study's software does), which shows how much the
+   test score, the selected candidate and the encoders' ranking depend on
+   one split.
 
 Everything here is pure: a mapping of precomputed embeddings (one row per
 image, rows aligned across encoders), the target and patient ids in; tidy
@@ -47,7 +58,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from itertools import combinations
 from typing import Any
 
 import numpy as np
@@ -55,17 +65,21 @@ import pandas as pd
 
 from crslib import stats
 from crslib._compat import one_blas_thread
-from crslib._validation import check_confidence, check_count, check_fractions, check_groups, check_random_state
+from crslib._validation import check_count, check_fractions, check_groups
 from crslib.config import progress_enabled
-from crslib.errors import DataError, InputError
+from crslib.errors import InputError
+from crslib.risk_inputs import (HEADS, TASK_TYPES, _check_combinations, _check_embeddings, _check_heads,  # noqa: F401
+                                _check_loss, _check_options, _check_partition, _check_seed, _check_target,
+                                _check_union_size)
 from crslib.risk_multiclass import MAX_CLASSES
 from crslib.risk_multiclass import folds as _folds
 from crslib.risk_multiclass import head as _head
-from crslib.risk_multiclass import linear_head as _linear_head
 from crslib.risk_multiclass import partition as _partition
+from crslib.risk_metrics import metric_panel
 from crslib.risk_results import PartitionResult, RiskResult
-from crslib.risk_scores import (MULTICLASS, UNION, count_matrix, partition_scores, primary_score, rank_stability,
-                                 resampled_primary, spread_and_selection)
+from crslib.risk_scores import (MULTICLASS, UNION, count_matrix, partition_scores, rank_stability,
+                                resampled_primary, row_losses, spread_and_selection)
+from crslib.risk_select import COMBINATIONS, average_prediction, fit_stack, greedy_members, select_candidate
 from crslib.risk_scores import weighted_auroc as _weighted_auroc  # noqa: F401 - the names tests and callers import
 from crslib.risk_scores import weighted_r2 as _weighted_r2  # noqa: F401
 
@@ -77,8 +91,10 @@ __all__ = [
     "MAX_CLASSES",
     "HEADS",
     "METRIC_NAMES",
+    "COMBINATIONS",
     "outer_partition",
     "reduce_dimensions",
+    "refit_prediction",
     "evaluate_partition",
     "representation_risk",
 ]
@@ -87,148 +103,12 @@ __all__ = [
 #: three or more classes (``"multiclass"``), or a continuous target (e.g. age).
 TASKS = ("classification", MULTICLASS, "regression")
 
-#: What the ``task`` argument takes: ``"auto"`` guesses from the target (see :func:`evaluate_partition`);
-#: ``"classification"`` is also accepted (binary or multi-class, by the number of classes).
-TASK_TYPES = ("auto", "binary", MULTICLASS, "regression")
 
-#: Heads fitted on every encoder's reduced features.
-HEADS = ("linear", "knn", "mlp")
 
 #: Primary (selection) and secondary metric of each task.
 METRIC_NAMES = {"classification": ("auroc", "accuracy"), MULTICLASS: ("macro_auroc", "balanced_accuracy"),
                 "regression": ("r2", "mae")}
 
-
-
-# --------------------------------------------------------------------------- validation
-
-
-def _check_embeddings(embeddings: Any) -> tuple[dict[str, np.ndarray], int]:
-    if not isinstance(embeddings, Mapping) or len(embeddings) == 0:
-        raise InputError(
-            "embeddings must be a non-empty mapping of encoder name -> array of shape (n_images, n_features), "
-            f"e.g. {{'resnet50': X1, 'vit_b16': X2}}; got {type(embeddings).__name__}"
-            + (" with no encoders" if isinstance(embeddings, Mapping) else "")
-        )
-    out: dict[str, np.ndarray] = {}
-    for name, X in embeddings.items():
-        if not isinstance(name, str) or not name:
-            raise InputError(f"encoder names must be non-empty strings, got {name!r}")
-        if name == UNION:
-            raise InputError(f"the encoder name {UNION!r} is reserved for the feature union; rename that encoder")
-        try:
-            arr = np.asarray(X, dtype=np.float64)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"embeddings of {name!r} are not numeric ({exc}); pass a float array") from exc
-        if arr.ndim != 2 or arr.shape[0] == 0 or arr.shape[1] == 0:
-            raise InputError(
-                f"embeddings of {name!r} must be a 2-D array (n_images, n_features), got shape {arr.shape}"
-            )
-        bad = ~np.isfinite(arr)
-        if bad.any():
-            rows = np.flatnonzero(bad.any(axis=1))
-            raise InputError(
-                f"embeddings of {name!r} hold NaN or infinite values in {rows.size} row(s) "
-                f"(first: {rows[:5].tolist()}); re-extract them or drop those images from every encoder, y and groups"
-            )
-        out[name] = arr
-    sizes = {name: arr.shape[0] for name, arr in out.items()}
-    if len(set(sizes.values())) > 1:
-        raise InputError(
-            f"encoders have different numbers of rows ({', '.join(f'{k}: {v}' for k, v in sizes.items())}); "
-            "the embeddings must be row-aligned: one row per image, in the same order for every encoder"
-        )
-    return out, next(iter(sizes.values()))
-
-
-def _guess_task(arr: np.ndarray, unique: np.ndarray) -> str:
-    """``task="auto"``: two values binary; text, or integers with up to MAX_CLASSES values, multi-class; else regression."""
-    if unique.size == 2:
-        return "classification"
-    kind = pd.api.types.infer_dtype(arr, skipna=True)
-    if kind not in ("integer", "floating", "mixed-integer-float", "decimal"):
-        return MULTICLASS
-    return MULTICLASS if kind == "integer" and unique.size <= MAX_CLASSES else "regression"
-
-
-def _check_target(y: Any, n: int, task: str) -> tuple[np.ndarray, str, list[Any] | None]:
-    """Target as 0/1 int (binary), class codes 0..k-1 (multi-class) or float (regression), the task, the classes."""
-    if task not in TASK_TYPES + ("classification",):
-        raise InputError(f"unknown task {task!r}; choose {', '.join(repr(t) for t in TASK_TYPES)} (or "
-                         "'classification': binary or multi-class by the number of classes)")
-    arr = np.asarray(y)
-    if arr.ndim != 1:
-        raise InputError(f"y must be a 1-D array with one value per image, got shape {arr.shape}")
-    if arr.shape[0] != n:
-        raise InputError(f"y has {arr.shape[0]} values but the embeddings have {n} rows; pass one target per image")
-    missing = pd.isna(arr)
-    if missing.any():
-        raise InputError(
-            f"y has {int(missing.sum())} missing value(s) (first at row {int(np.flatnonzero(missing)[0])}); "
-            "drop those images from y, groups and every encoder's embeddings"
-        )
-    try:
-        unique = np.unique(arr)
-    except TypeError as exc:
-        raise InputError(f"y mixes values that cannot be compared ({exc}); pass one type") from exc
-    if unique.size < 2:
-        raise InputError(f"y is constant (every value is {unique.tolist()[0]!r}): there is nothing to predict")
-    if task == "auto":
-        task = _guess_task(arr, unique)
-    elif task == "classification":
-        task = "classification" if unique.size == 2 else MULTICLASS
-    if task == "binary":
-        if unique.size != 2:
-            raise InputError(
-                f"task='binary' needs a binary target, but y has {unique.size} distinct values; use "
-                "task='multiclass' for a label with more classes or task='regression' for a continuous target"
-            )
-        task = "classification"
-    if task == "classification":
-        return (arr == unique[1]).astype(np.int64), task, unique.tolist()
-    if task == MULTICLASS:
-        if unique.size < 3:
-            raise InputError(f"task='multiclass' needs at least 3 classes, but y has {unique.size}; use task='binary'")
-        return np.searchsorted(unique, arr).astype(np.int64), task, unique.tolist()
-    try:
-        values = arr.astype(np.float64)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"task='regression' needs a numeric target; y cannot be read as numbers ({exc})") from exc
-    if not np.isfinite(values).all():
-        raise InputError("y holds infinite values; a regression target must be finite")
-    if not np.ptp(values) > 0:
-        raise InputError("y has zero variance: there is nothing to predict")
-    return values, task, None
-
-
-def _check_heads(heads: Any) -> tuple[str, ...]:
-    heads = (heads,) if isinstance(heads, str) else tuple(heads)
-    unknown = [h for h in heads if h not in HEADS]
-    if unknown or not heads:
-        raise InputError(f"heads must be a non-empty subset of {', '.join(HEADS)}, got {list(heads)}")
-    return tuple(dict.fromkeys(heads))
-
-
-def _check_seed(random_state: Any) -> int:
-    """The integer seed of a run: ``random_state`` itself, or a fresh one when it is None.
-
-    None draws a seed from the operating system's entropy, as scikit-learn
-    does, but the drawn integer is what the result records (``random_state``
-    of every :class:`PartitionResult`, ``settings["random_state"]``), so the
-    run can be repeated exactly by passing it back.
-    """
-    seed = check_random_state(random_state)
-    if seed is None:
-        seed = int(np.random.SeedSequence().entropy % 2**31)
-        log.info("random_state=None: drew seed %d (pass it as random_state to repeat this run)", seed)
-    return seed
-
-
-def _check_union_size(union_size: Any) -> int:
-    if isinstance(union_size, bool) or not isinstance(union_size, (int, np.integer)) or union_size in (1,) \
-            or union_size < 0:
-        raise InputError(f"union_size must be 0 (no feature union) or an integer >= 2, got {union_size!r}")
-    return int(union_size)
 
 
 # --------------------------------------------------------------------------- partitions
@@ -288,38 +168,6 @@ def outer_partition(
     yv, task, _ = _check_target(y_arr, y_arr.shape[0] if y_arr.ndim == 1 else -1, task)
     g = check_groups(groups, yv.shape[0])
     return _partition(yv, g, task, check_fractions(fractions), _check_seed(random_state))
-
-
-def _check_partition(partition: Any, n: int, g: np.ndarray, y: np.ndarray, task: str) -> tuple[np.ndarray, ...]:
-    try:
-        parts = tuple(np.asarray(p) for p in partition)
-    except TypeError as exc:
-        raise InputError("partition must be three arrays of row indices (train, validation, test)") from exc
-    if len(parts) != 3:
-        raise InputError(f"partition must be three arrays of row indices (train, validation, test), got {len(parts)}")
-    out = []
-    for name, p in zip(("train", "validation", "test"), parts):
-        if p.dtype == bool:
-            p = np.flatnonzero(p)
-        if p.ndim != 1 or p.size == 0 or not np.issubdtype(p.dtype, np.integer) or p.min() < 0 or p.max() >= n:
-            raise InputError(f"the {name} partition must be a non-empty 1-D array of row indices in [0, {n})")
-        out.append(np.sort(p.astype(np.int64)))
-    seen = [set(g[p].tolist()) for p in out]
-    for (a, sa), (b, sb) in combinations(zip(("train", "validation", "test"), seen), 2):
-        shared = sa & sb
-        if shared:
-            raise InputError(
-                f"{len(shared)} patient(s) are in both the {a} and the {b} partition "
-                f"(e.g. {sorted(map(str, shared))[:3]}); partitions must be patient-disjoint"
-            )
-    for name, p in zip(("train", "validation", "test"), out):
-        if np.unique(y[p]).size < 2:
-            raise DataError(f"the {name} partition holds a constant target; the metrics are undefined there")
-        if task == MULTICLASS and np.unique(y[p]).size < int(y.max()) + 1:
-            absent = sorted(set(range(int(y.max()) + 1)) - set(np.unique(y[p]).tolist()))
-            raise DataError(f"the {name} partition lacks class code(s) {absent}; a multi-class task needs every "
-                            "class in every partition (its macro AUROC is undefined otherwise)")
-    return tuple(out)
 
 
 # --------------------------------------------------------------------------- dimension control
@@ -419,114 +267,170 @@ def _add_scores(table: pd.DataFrame, part: str, task: str, y: np.ndarray, preds:
     table[f"{part}_undefined"] = undefined.astype(int)
 
 
-def _union_verdict(diffs: np.ndarray, gain: float, confidence: float) -> dict[str, Any]:
-    """The feature-union rule: selected only when its gain's interval lies above zero.
+def _param_value(head: str, param: str) -> float | None:
+    """The numeric hyperparameter behind ``"C=0.1"``, ``"alpha=10"`` or ``"k=15"`` (None for the MLP)."""
+    return None if head == "mlp" else float(param.split("=", 1)[1])
 
-    ``diffs`` are the union's validation score minus the best single
-    candidate's on the same resamples; ``gain`` is that difference on the
-    validation rows themselves. A positive ``gain`` alone is not enough: the
-    lower percentile bound at ``confidence`` must be above 0.
-    """
-    low, high, _ = stats.percentile_interval(diffs, confidence)
-    valid = diffs[np.isfinite(diffs)]
-    chosen = bool(np.isfinite(low) and low > 0)
-    return {"gain": gain, "low": float(low), "high": float(high),
-            "share_positive": float(np.mean(valid > 0)) if valid.size else float("nan"), "chosen": chosen,
-            "reason": (f"validation gain {gain:+.4f} [{float(low):+.4f}, {float(high):+.4f}]: "
-                       + ("lower bound > 0, the union is selected" if chosen
-                          else "interval reaches 0 or below, the best single encoder is kept"))}
+
+def _reduce_folds(Xe: np.ndarray, tr: np.ndarray, folds: list, n_components: int, seed: int) -> list[np.ndarray]:
+    """Per inner fold, the training rows reduced by a scaler and PCA fitted on that fold's fitting rows only."""
+    return [reduce_dimensions(Xe[tr], fit, n_components=n_components, random_state=seed)[0] for fit, _ in folds]
+
+
+def _combinations(base: dict[str, np.ndarray], base_params: dict[str, float | None], fold_reduced: dict, y, task,
+                  tr, va, folds, *, base_head: str, kinds: tuple[str, ...], loss: str, seed: int):
+    """The prediction-level combinations of the encoders' base heads: rows, predictions, recipes, reasons not fitted."""
+    rows, preds, recipes, not_fitted = [], {}, {}, []
+    names = list(base)
+
+    def add(kind: str, members: list[str], pred: np.ndarray, param: str, recipe: dict) -> None:
+        cand = f"{kind}/{base_head}"
+        preds[cand], recipes[cand] = pred, {"kind": kind, "members": members, **recipe}
+        rows.append({"candidate": cand, "encoder": kind, "head": base_head, "kind": kind,
+                     "members": "+".join(members), "n_members": len(members), "n_features": len(members),
+                     "param": param, "inner_loss": float("nan")})
+
+    for kind in kinds:
+        if len(names) < 2:
+            not_fitted.append({"candidate": kind, "reason": f"a combination needs at least 2 encoders, got {len(names)}"})
+        elif kind == "average":
+            add(kind, names, average_prediction([base[n] for n in names]), "equal weights", {})
+        elif kind == "greedy":
+            members = greedy_members({n: base[n][va] for n in names}, y[va], task, loss)
+            if len(members) < 2:
+                not_fitted.append({"candidate": kind, "reason": f"forward selection on validation kept one encoder "
+                                                                 f"({members[0]}): no combination"})
+            else:
+                add(kind, members, average_prediction([base[n] for n in members]), "forward selection", {})
+        elif not folds:
+            not_fitted.append({"candidate": kind, "reason": "no inner folds (too few training patients per "
+                                                             "class): no out-of-fold predictions to stack"})
+        else:
+            oof = {}
+            for n in names:
+                oof[n] = np.zeros(base[n][tr].shape)
+                for i, (fit, val) in enumerate(folds):
+                    pred, _, _ = _head(base_head, fold_reduced[n][i], y[tr], fit, [], task, seed,
+                                       param=base_params[n])
+                    oof[n][val] = pred[val]
+            stack = fit_stack(oof, y[tr], task)
+            add(kind, names, stack(base), "linear stack", {"stack": stack})
+    return rows, preds, recipes, not_fitted
 
 
 def _fit_candidates(
     X: dict[str, np.ndarray], y: np.ndarray, task: str, tr: np.ndarray, va: np.ndarray,
     folds: list[tuple[np.ndarray, np.ndarray]], *, heads: tuple[str, ...], n_components: int, union_size: int,
-    seed: int,
-) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], list[dict[str, Any]], list[str]]:
-    """Reduce every encoder, fit every head, then the feature union of the validation-best encoders.
+    combinations: tuple[str, ...], loss: str, seed: int,
+) -> tuple[list[dict[str, Any]], dict[str, np.ndarray], list[dict[str, Any]], dict[str, dict], list[dict]]:
+    """Reduce every encoder, fit every head, the prediction-level combinations, then the feature union.
 
     Returns the candidates' rows, their predictions for every row, the
-    reduction table's rows and the union's members (empty without a union).
+    reduction table's rows, each candidate's recipe (what a refit repeats)
+    and the combinations that could not be fitted, with the reason.
     """
     rows: list[dict[str, Any]] = []
     preds: dict[str, np.ndarray] = {}
-    reduced: dict[str, np.ndarray] = {}
-    reduction = []
+    recipes: dict[str, dict] = {}
+    reduced, fold_reduced, reduction = {}, {}, []
+
+    def neg_loss(truth: np.ndarray, pred: np.ndarray) -> float:
+        # the inner CV ranks settings by the same proper score as the selection (higher is better here)
+        return -float(np.mean(row_losses(task, truth, pred, loss)))
+
     for name, Xe in X.items():
         Z, info = reduce_dimensions(Xe, tr, n_components=n_components, random_state=seed)
-        reduced[name] = Z
+        reduced[name], fold_reduced[name] = Z, _reduce_folds(Xe, tr, folds, n_components, seed)
         reduction.append({"encoder": name, "n_features": info["n_features"], "n_components": info["n_components"],
                           "explained_variance": info["explained_variance"], "n_train": info["n_train"]})
         for head_name in heads:
-            pred, param, inner = _head(head_name, Z, y, tr, folds, task, seed)
+            pred, param, inner = _head(head_name, Z, y, tr, folds, task, seed, fold_features=fold_reduced[name],
+                                       score=neg_loss)
             cand = f"{name}/{head_name}"
             preds[cand] = pred
-            rows.append({"candidate": cand, "encoder": name, "head": head_name, "members": name,
-                         "n_features": Z.shape[1], "param": param, "inner_score": inner})
+            recipes[cand] = {"kind": "single", "members": [name], "head": head_name,
+                             "param": _param_value(head_name, param)}
+            rows.append({"candidate": cand, "encoder": name, "head": head_name, "kind": "single", "members": name,
+                         "n_members": 1, "n_features": Z.shape[1], "param": param, "inner_loss": -inner})
 
-    def val_score(cand: str) -> float:
-        return primary_score(task, y[va], preds[cand][va])
+    def val_loss(cand: str) -> float:
+        return float(np.mean(row_losses(task, y[va], preds[cand][va], loss)))
+
+    base_head = "linear" if "linear" in heads else heads[0]
+    base = {name: preds[f"{name}/{base_head}"] for name in X}
+    base_params = {name: recipes[f"{name}/{base_head}"]["param"] for name in X}
+    c_rows, c_preds, c_recipes, not_fitted = _combinations(
+        base, base_params, fold_reduced, y, task, tr, va, folds, base_head=base_head, kinds=combinations, loss=loss,
+        seed=seed)
+    rows += c_rows
+    preds.update(c_preds)
+    for cand, recipe in c_recipes.items():
+        recipes[cand] = {**recipe, "head": base_head, "base_params": base_params}
 
     # feature union of the best encoders (each scored by its validation-best head), with a linear head
     k_union = min(union_size, len(X))
-    union_members: list[str] = []
     if k_union >= 2:
-        best_by_encoder = {name: max(val_score(f"{name}/{h}") for h in heads) for name in X}
-        ranked = sorted(X, key=lambda name: -np.nan_to_num(best_by_encoder[name], nan=-np.inf))
-        union_members = ranked[:k_union]
-        Zu = np.hstack([reduced[m] for m in union_members])
-        pred, param, inner = _linear_head(Zu, y, tr, folds, task)
+        best_by_encoder = {name: min(val_loss(f"{name}/{h}") for h in heads) for name in X}
+        members = sorted(X, key=lambda name: (best_by_encoder[name], name))[:k_union]
+        Zu = np.hstack([reduced[m] for m in members])
+        fold_u = [np.hstack([fold_reduced[m][i] for m in members]) for i in range(len(folds))]
+        pred, param, inner = _head("linear", Zu, y, tr, folds, task, seed, fold_features=fold_u, score=neg_loss)
         cand = f"{UNION}/linear"
         preds[cand] = pred
-        rows.append({"candidate": cand, "encoder": UNION, "head": "linear", "members": "+".join(union_members),
-                     "n_features": Zu.shape[1], "param": param, "inner_score": inner})
-    return rows, preds, reduction, union_members
+        recipes[cand] = {"kind": UNION, "members": members, "head": "linear", "param": _param_value("linear", param)}
+        rows.append({"candidate": cand, "encoder": UNION, "head": "linear", "kind": UNION,
+                     "members": "+".join(members), "n_members": len(members), "n_features": Zu.shape[1],
+                     "param": param, "inner_loss": -inner})
+    elif union_size and len(X) < 2:
+        not_fitted.append({"candidate": UNION, "reason": f"a feature union needs at least 2 encoders, got {len(X)}"})
+    return rows, preds, reduction, recipes, not_fitted
 
 
-def _select(table: pd.DataFrame, preds: dict[str, np.ndarray], y: np.ndarray, g: np.ndarray, va: np.ndarray,
-            task: str, union_members: list[str], *, union_size: int, n_encoders: int, n_resamples: int,
-            confidence: float, seed: int) -> tuple[str, dict[str, Any]]:
-    """Validation only: scores, CIs and ranks (added to ``table``), the selection and the union decision.
+def refit_prediction(recipe: dict[str, Any], X: dict[str, np.ndarray], y: np.ndarray, rows: np.ndarray, task: str,
+                     *, n_components: int, seed: int) -> np.ndarray:
+    """Refit a candidate on ``rows`` (train + validation) with its chosen settings; prediction for every row.
 
-    The same patient-grouped resamples serve every candidate, so the union's
-    gain over the best single candidate is paired.
+    The scaler and PCA of every member encoder and its head are fitted again
+    on ``rows`` with the hyperparameter chosen on the training rows (no new
+    inner CV); a stack keeps its coefficients and refits its base heads, and
+    a greedy average keeps its members. Rows outside ``rows`` are only
+    predicted, so they cannot change the refitted model.
     """
-    names = table["candidate"].tolist()
-    counts_val = count_matrix(g[va], n_resamples, seed)
-    val_samples = {c: resampled_primary(task, y[va], preds[c][va], counts_val) for c in names}
-    _add_scores(table, "val", task, y[va], {c: p[va] for c, p in preds.items()}, val_samples, confidence)
-    table["val_rank"] = table["val_score"].rank(ascending=False, method="first", na_option="bottom").astype(int)
+    def reduced(name: str) -> np.ndarray:
+        return reduce_dimensions(X[name], rows, n_components=n_components, random_state=seed)[0]
 
-    single = table[table["encoder"] != UNION]
-    if not np.isfinite(single["val_score"]).any():  # pragma: no cover - partitions hold both classes
-        raise DataError("no candidate has a defined validation score; check the target and the partitions")
-    best_single = str(single["candidate"].iloc[int(np.nanargmax(single["val_score"].to_numpy()))])
-    selected = best_single
-    if union_members:
-        cand = f"{UNION}/linear"
-        gain = float(table.loc[table["candidate"] == cand, "val_score"].iloc[0] - single["val_score"].max())
-        union = {"evaluated": True, "members": union_members, "candidate": cand, "best_single": best_single,
-                 **_union_verdict(val_samples[cand] - val_samples[best_single], gain, confidence)}
-        if union["chosen"]:
-            selected = cand
-    else:
+    kind, members, head_name = recipe["kind"], recipe["members"], recipe["head"]
+    if kind == "single":
+        return _head(head_name, reduced(members[0]), y, rows, [], task, seed, param=recipe["param"])[0]
+    if kind == UNION:
+        Zu = np.hstack([reduced(m) for m in members])
+        return _head("linear", Zu, y, rows, [], task, seed, param=recipe["param"])[0]
+    base = {m: _head(head_name, reduced(m), y, rows, [], task, seed, param=recipe["base_params"][m])[0]
+            for m in members}
+    if kind == "stack":
+        return recipe["stack"](base)
+    return average_prediction([base[m] for m in members])
+
+
+def _union_summary(selection: pd.DataFrame, selected: str, union_size: int, n_encoders: int) -> dict[str, Any]:
+    """The feature-union decision as the results have always reported it, now read off the selection table."""
+    rows = selection[selection["kind"] == UNION]
+    kept = str(selection.loc[selection["kept"], "candidate"].iloc[0])
+    if rows.empty:
         reason = ("union_size is 0" if union_size == 0 else
                   f"only {n_encoders} encoder(s): a feature union needs at least 2")
-        union = {"evaluated": False, "members": [], "candidate": None, "best_single": best_single, "gain": float("nan"),
-                 "low": float("nan"), "high": float("nan"), "share_positive": float("nan"), "chosen": False,
-                 "reason": reason}
-    return selected, union
+        return {"evaluated": False, "members": [], "candidate": None, "best_single": kept, "gain": float("nan"),
+                "low": float("nan"), "high": float("nan"), "chosen": False, "reason": reason}
+    r = rows.iloc[0]
+    gain = float(selection.loc[selection["candidate"] == kept, "val_loss"].iloc[0] - r["val_loss"])
+    return {"evaluated": True, "members": r["members"].split("+"), "candidate": r["candidate"], "best_single": kept,
+            "gain": gain, "low": float(r["gain_low"]), "high": float(r["gain_high"]),
+            "chosen": r["candidate"] == selected, "reason": r["why"]}
 
 
-def _test_comparisons(table: pd.DataFrame, preds: dict[str, np.ndarray], y: np.ndarray, g: np.ndarray,
-                      te: np.ndarray, task: str, selected: str, *, n_resamples: int, confidence: float,
-                      seed: int) -> pd.DataFrame:
-    """After the selection: test scores (added to ``table``) and the paired comparisons with the selected one."""
-    names = table["candidate"].tolist()
-    counts_test = count_matrix(g[te], n_resamples, seed)
-    test_samples = {c: resampled_primary(task, y[te], preds[c][te], counts_test) for c in names}
-    _add_scores(table, "test", task, y[te], {c: p[te] for c, p in preds.items()}, test_samples, confidence)
-    table["selected"] = table["candidate"] == selected
-
+def _test_comparisons(table: pd.DataFrame, test_samples: dict[str, np.ndarray], selected: str, *,
+                      confidence: float) -> pd.DataFrame:
+    """After the selection: paired test comparisons of every candidate with the selected one."""
     sel_test = float(table.loc[table["selected"], "test_score"].iloc[0])
     comp_rows = []
     for c, enc, head, score in table[["candidate", "encoder", "head", "test_score"]].itertuples(index=False):
@@ -542,6 +446,19 @@ def _test_comparisons(table: pd.DataFrame, preds: dict[str, np.ndarray], y: np.n
                                             "share_positive"])
 
 
+def _dropped(table: pd.DataFrame, metric: str, n_resamples: int) -> pd.DataFrame:
+    """Bootstrap resamples left out because the primary metric is undefined on them (a class absent)."""
+    out = []
+    for part, label in (("val", "validation"), ("test", "test")):
+        n = int(table[f"{part}_undefined"].max())
+        out.append({"part": label, "metric": metric, "n_resamples": n_resamples, "n_dropped": n,
+                    "share": n / n_resamples})
+        if n:
+            log.info("%s: %d of %d bootstrap resamples lacked a class and were left out of the %s intervals",
+                     label, n, n_resamples, metric)
+    return pd.DataFrame(out)
+
+
 def _evaluate(
     X: dict[str, np.ndarray],
     y: np.ndarray,
@@ -552,6 +469,8 @@ def _evaluate(
     heads: tuple[str, ...],
     n_components: int,
     union_size: int,
+    combinations: tuple[str, ...],
+    loss: str,
     inner_splits: int,
     n_resamples: int,
     confidence: float,
@@ -559,37 +478,69 @@ def _evaluate(
     classes: list[Any] | None,
     partition: int = 0,
 ) -> PartitionResult:
-    """The workflow on one checked partition: candidates, selection on validation, then the test."""
+    """The workflow on one checked partition: candidates, selection on validation, refit, then the test."""
     tr, va, te = parts
     seed_cv, seed_model, seed_val, seed_test = (int(s) for s in np.random.SeedSequence(random_state).generate_state(4))
     inner = _folds(y[tr], g[tr], task, inner_splits, seed_cv)
     metric, secondary = METRIC_NAMES[task]
-    rows, preds, reduction, union_members = _fit_candidates(
-        X, y, task, tr, va, inner, heads=heads, n_components=n_components, union_size=union_size, seed=seed_model)
+    rows, preds, reduction, recipes, not_fitted = _fit_candidates(
+        X, y, task, tr, va, inner, heads=heads, n_components=n_components, union_size=union_size,
+        combinations=combinations, loss=loss, seed=seed_model)
     table = pd.DataFrame(rows)
-    selected, union = _select(table, preds, y, g, va, task, union_members, union_size=union_size, n_encoders=len(X),
-                              n_resamples=n_resamples, confidence=confidence, seed=seed_val)
+    names = table["candidate"].tolist()
+
+    # validation only: scores for the report, then the selection by the proper score
+    counts_val = count_matrix(g[va], n_resamples, seed_val)
+    val_samples = {c: resampled_primary(task, y[va], preds[c][va], counts_val) for c in names}
+    _add_scores(table, "val", task, y[va], {c: p[va] for c, p in preds.items()}, val_samples, confidence)
+    table["val_rank"] = table["val_score"].rank(ascending=False, method="first", na_option="bottom").astype(int)
+    val_losses = {c: row_losses(task, y[va], preds[c][va], loss) for c in names}
+    selected, selection = select_candidate(table, val_losses, counts_val, loss=loss, confidence=confidence)
+    table["val_loss"] = selection["val_loss"].to_numpy()
+    union = _union_summary(selection, selected, union_size, len(X))
+    refit = refit_prediction(recipes[selected], X, y, np.sort(np.concatenate([tr, va])), task,
+                             n_components=n_components, seed=seed_model)
+
     # the selection is final: now the test labels are read, for every candidate (reporting only)
-    comparisons = _test_comparisons(table, preds, y, g, te, task, selected, n_resamples=n_resamples,
-                                    confidence=confidence, seed=seed_test)
+    counts_test = count_matrix(g[te], n_resamples, seed_test)
+    test_samples = {c: resampled_primary(task, y[te], preds[c][te], counts_test) for c in names}
+    _add_scores(table, "test", task, y[te], {c: p[te] for c, p in preds.items()}, test_samples, confidence)
+    table["test_loss"] = [float(np.mean(row_losses(task, y[te], preds[c][te], loss))) for c in names]
+    table["selected"] = table["candidate"] == selected
+    comparisons = _test_comparisons(table, test_samples, selected, confidence=confidence)
+    refit_table = _refit_table(table, selected, refit, y, te, counts_test, task, loss, confidence,
+                               n_train=tr.size, n_fit=tr.size + va.size)
+    metrics = pd.concat([
+        metric_panel(task, y[te], p[te], g[te], n_resamples=n_resamples, confidence=confidence,
+                     random_state=seed_test).assign(fit=fit)
+        for fit, p in (("train", preds[selected]), ("train+validation", refit))], ignore_index=True)
     return PartitionResult(
         candidates=table, selected=selected, union=union, comparisons=comparisons,
         reduction=pd.DataFrame(reduction), train_idx=tr, val_idx=va, test_idx=te, predictions=preds,
         task=task, metric=metric, secondary_metric=secondary, classes=classes, partition=partition,
         random_state=random_state, n_resamples=n_resamples, confidence=confidence,
+        selection=selection, refit=refit_table, refit_prediction=refit, metrics=metrics[["fit"] + list(
+            metrics.columns[:-1])], dropped=_dropped(table, metric, n_resamples),
+        not_fitted=pd.DataFrame(not_fitted, columns=["candidate", "reason"]), loss=loss,
     )
 
-def _check_options(heads, n_components, union_size, fractions, inner_splits, n_resamples, confidence, random_state):
-    return dict(
-        heads=_check_heads(heads),
-        n_components=check_count(n_components, "n_components"),
-        union_size=_check_union_size(union_size),
-        fractions=check_fractions(fractions),
-        inner_splits=check_count(inner_splits, "inner_splits", minimum=2),
-        n_resamples=check_count(n_resamples, "n_resamples"),
-        confidence=check_confidence(confidence),
-        random_state=_check_seed(random_state),
-    )
+
+def _refit_table(table: pd.DataFrame, selected: str, refit: np.ndarray, y: np.ndarray, te: np.ndarray,
+                 counts_test: np.ndarray, task: str, loss: str, confidence: float, *, n_train: int,
+                 n_fit: int) -> pd.DataFrame:
+    """The selected candidate's test scores as fitted on the training rows and refitted on train + validation."""
+    row = table.loc[table["selected"]].iloc[0]
+    samples = resampled_primary(task, y[te], refit[te], counts_test)
+    low, high, _ = stats.percentile_interval(samples, confidence)
+    score, secondary = partition_scores(task, y[te], refit[te])
+    return pd.DataFrame([
+        {"candidate": selected, "fit": "train", "n_fit": int(n_train), "test_score": row["test_score"],
+         "test_low": row["test_low"], "test_high": row["test_high"], "test_secondary": row["test_secondary"],
+         "test_loss": row["test_loss"]},
+        {"candidate": selected, "fit": "train+validation", "n_fit": int(n_fit), "test_score": score,
+         "test_low": float(low), "test_high": float(high), "test_secondary": secondary,
+         "test_loss": float(np.mean(row_losses(task, y[te], refit[te], loss)))},
+    ])
 
 
 def evaluate_partition(
@@ -601,6 +552,8 @@ def evaluate_partition(
     heads: Sequence[str] = HEADS,
     n_components: int = 128,
     union_size: int = 2,
+    combinations: Sequence[str] = COMBINATIONS,
+    loss: str = "auto",
     fractions: Sequence[float] = (0.6, 0.2, 0.2),
     partition: Sequence[Any] | None = None,
     inner_splits: int = 3,
@@ -614,18 +567,22 @@ def evaluate_partition(
     (:func:`outer_partition`, or ``partition``); per encoder, standardisation
     and PCA fitted on the training rows (:func:`reduce_dimensions`); per
     head, hyperparameters chosen by patient-grouped inner CV on the
-    training rows; the feature union of the ``union_size`` encoders with the
-    best validation scores, with a linear head; selection of the best
-    single-encoder candidate by validation score, replaced by the union only
-    when the paired validation bootstrap of its gain has a lower bound > 0;
-    test scores of every candidate with CIs and paired comparisons against
-    the selected one. Test labels are read only after the selection.
+    training rows (each inner fold reduced by its own fitting rows); the
+    prediction-level ``combinations`` of the encoders' linear heads
+    (average, greedy average, linear stack on out-of-fold training
+    predictions) and the feature union of the ``union_size`` encoders with
+    the lowest validation loss; selection by the proper score ``loss`` with
+    the tie rule and the evidence rule of
+    :func:`crslib.risk_select.select_candidate`; the choice refitted on
+    train + validation; test scores of every candidate with CIs, paired
+    comparisons against the selected one and the metric panel of both fits.
+    Test labels are read only after the selection.
 
     Heads (all fitted on the training rows only):
 
     * ``"linear"``: standardised features, then ``LogisticRegression``
       (``C`` in 0.01, 0.1, 1, 10) or ``Ridge`` (``alpha`` in 0.1 ... 1000),
-      chosen by inner-CV AUROC or R^2;
+      chosen by the inner-CV selection loss;
     * ``"knn"``: mean label (the share of positives, for classification) or
       mean target of the k nearest training rows in the reduced space
       (Euclidean), ``k`` in 5, 15, 31 chosen by inner CV;
@@ -635,8 +592,9 @@ def evaluate_partition(
 
     For a multi-class task every head predicts one probability per class
     (multinomial logistic regression, the class shares among the k nearest
-    rows, an MLP classifier; ``predictions`` hold (n_images, k) arrays) and
-    the inner CV and the selection use the macro one-vs-rest AUROC.
+    rows, an MLP classifier; ``predictions`` hold (n_images, k) arrays); the
+    selection loss is the multinomial log loss, and the macro one-vs-rest
+    AUROC is reported.
 
     The inner CV uses ``inner_splits`` patient-grouped folds
     (``StratifiedGroupKFold`` for classification, ``GroupKFold`` for
@@ -659,13 +617,15 @@ def evaluate_partition(
         a multi-class task; other numbers (floats, or integers with more
         values) a regression task. ``"classification"`` means binary or
         multi-class by the number of classes. A binary task is scored by
-        AUROC (primary, used for selection) and accuracy at 0.5 and is
+        AUROC (primary, reported with every candidate; the selection uses
+        ``loss``) and accuracy at 0.5 and is
         recorded as ``task="classification"``; a multi-class task by the
         macro one-vs-rest AUROC of the class probabilities and the balanced
         accuracy of their argmax (``task="multiclass"``); regression by R^2
         (primary) and mean absolute error. A bootstrap resample without
         every class leaves the primary metric undefined: it is left out of
-        the interval and counted in ``val_undefined`` / ``test_undefined``.
+        the interval and counted in ``val_undefined`` / ``test_undefined``
+        and in the result's ``dropped`` table.
     heads : sequence of str
         Subset of :data:`HEADS`.
     n_components : int
@@ -673,6 +633,12 @@ def evaluate_partition(
         width).
     union_size : int
         Encoders in the feature union; 0 disables it.
+    combinations : sequence of str
+        Prediction-level combinations to build, a subset of
+        :data:`COMBINATIONS` (``()`` for none).
+    loss : {"auto", "log_loss", "mse", "mae"}
+        Proper score that chooses hyperparameters and the candidate:
+        ``"auto"`` is log loss for classification and MSE for regression.
     fractions : sequence of 3 float
         Shares of patients in train, validation and test.
     partition : tuple of 3 arrays, optional
@@ -696,11 +662,14 @@ def evaluate_partition(
 
     Notes
     -----
-    The union's members are picked on the same validation rows on which its
-    gain is then tested, which favours the union a little; the best single
-    candidate is the maximum of many validation scores, which favours it.
-    Requiring a lower confidence bound above zero keeps the union out unless
-    its gain is clear. BLAS and OpenMP run single-threaded during the call
+    The union's and the greedy average's members are picked on the same
+    validation rows on which their gain is then tested, which favours them a
+    little; the best single candidate is the minimum of many validation
+    losses, which favours it. Requiring a lower confidence bound above zero
+    keeps a combination out unless its gain is clear. A proper score also
+    rewards calibration: a stack can win by rescaling a shrunken linear head
+    (it is fitted on out-of-fold training predictions, so the gain is real
+    and not borrowed from validation). BLAS and OpenMP run single-threaded during the call
     (small matrices; measured faster on the 2-core reference machine).
 
     Examples
@@ -710,13 +679,16 @@ def evaluate_partition(
     >>> emb = {"good": rng.normal(size=(120, 5)) + y[:, None], "noise": rng.normal(size=(120, 5))}
     >>> res = evaluate_partition(emb, y, groups=np.arange(120), heads=["linear"], n_resamples=100)
     >>> res.selected, res.candidates["candidate"].tolist()
-    ('good/linear', ['good/linear', 'noise/linear', 'union/linear'])
+    ('good/linear', ['good/linear', 'noise/linear', 'average/linear', 'stack/linear', 'union/linear'])
+    >>> res.selection.set_index("candidate").loc["union/linear", "why"].endswith("not selected (crslib's evidence rule)")
+    True
     """
     X, n = _check_embeddings(embeddings)
     yv, task, classes = _check_target(y, n, task)
     g = check_groups(groups, n)
-    opts = _check_options(heads, n_components, union_size, fractions, inner_splits, n_resamples, confidence,
-                          random_state)
+    opts = _check_options(heads, n_components, union_size, combinations, fractions, inner_splits, n_resamples,
+                          confidence, random_state)
+    opts["loss"] = _check_loss(loss, task)
     if partition is None:
         parts = _partition(yv, g, task, opts.pop("fractions"), opts["random_state"])
     else:
@@ -738,8 +710,10 @@ def representation_risk(
     heads: Sequence[str] = HEADS,
     n_components: int = 128,
     union_size: int = 2,
+    combinations: Sequence[str] = COMBINATIONS,
+    loss: str = "auto",
     fractions: Sequence[float] = (0.6, 0.2, 0.2),
-    n_partitions: int = 10,
+    n_partitions: int = 12,
     inner_splits: int = 3,
     n_resamples: int = 2000,
     confidence: float = 0.95,
@@ -752,15 +726,16 @@ def representation_risk(
     ``i`` re-draws train / validation / test with seed ``random_state + i``
     (partition 0 is the primary one, reported in full). Across partitions it
     reports the spread of every candidate's test score, how often each
-    encoder (or the union) is selected, and how stable the encoders' ranking
-    is.
+    encoder (or combination) is selected, and how stable the encoders'
+    ranking is.
 
     Parameters
     ----------
-    embeddings, y, groups, task, heads, n_components, union_size, fractions, inner_splits, n_resamples, confidence
-        As in :func:`evaluate_partition`.
+    embeddings, y, groups, task, heads, n_components, union_size, combinations, loss, fractions, inner_splits
+        As in :func:`evaluate_partition`; so are ``n_resamples`` and ``confidence``.
     n_partitions : int
-        Number of partitions (LOOKAGAIN-style default: 10).
+        Number of partitions (default 12, the number of repeated partitions
+        the study's software uses).
     random_state : int or None
         Seed of partition 0. None draws a fresh seed and records it in
         ``settings["random_state"]``, so the run can be repeated.
@@ -779,15 +754,16 @@ def representation_risk(
     >>> emb = {"good": rng.normal(size=(120, 5)) + y[:, None], "noise": rng.normal(size=(120, 5))}
     >>> res = representation_risk(emb, y, groups=np.arange(120), heads=["linear"], n_partitions=3, n_resamples=100)
     >>> res.selection_counts[["encoder", "count"]].values.tolist()
-    [['good', 3], ['noise', 0], ['union', 0]]
+    [['good', 3], ['noise', 0], ['average', 0], ['stack', 0], ['union', 0]]
     """
     from tqdm import tqdm
 
     X, n = _check_embeddings(embeddings)
     yv, task, classes = _check_target(y, n, task)
     g = check_groups(groups, n)
-    opts = _check_options(heads, n_components, union_size, fractions, inner_splits, n_resamples, confidence,
-                          random_state)
+    opts = _check_options(heads, n_components, union_size, combinations, fractions, inner_splits, n_resamples,
+                          confidence, random_state)
+    opts["loss"] = _check_loss(loss, task)
     n_partitions = check_count(n_partitions, "n_partitions")
     fractions_, seed = opts.pop("fractions"), opts.pop("random_state")
     results = []
@@ -803,6 +779,7 @@ def representation_risk(
     ranks, rank_correlation = rank_stability(results, list(X))
     metric, secondary = METRIC_NAMES[task]
     settings = {"heads": list(opts["heads"]), "n_components": opts["n_components"], "union_size": opts["union_size"],
+                "combinations": list(opts["combinations"]), "loss": opts["loss"],
                 "fractions": list(fractions_), "n_partitions": n_partitions, "inner_splits": opts["inner_splits"],
                 "n_resamples": opts["n_resamples"], "confidence": opts["confidence"], "random_state": seed,
                 "n_images": n, "n_patients": int(np.unique(g).size), "encoders": list(X),

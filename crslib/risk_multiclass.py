@@ -18,8 +18,8 @@ functions here, which keep the same rules with k classes:
   the class shares among the k nearest neighbours, an MLP classifier.
   Hyperparameters are chosen by the inner-CV macro one-vs-rest AUROC.
 
-The dispatching functions (:func:`partition`, :func:`folds`, :func:`head`,
-:func:`linear_head`) take every task and pass the others through.
+The dispatching functions (:func:`partition`, :func:`folds`, :func:`head`)
+take every task and pass the others through.
 """
 
 from __future__ import annotations
@@ -29,13 +29,12 @@ import warnings
 import numpy as np
 
 from crslib.errors import DataError, InputError
-from crslib.probes import (_C_GRID, _DEFAULT_PARAM, _MLP_OPTIONS, class_proba, fit_head, fit_knn_head,
-                           fit_linear_head)
+from crslib.probes import _C_GRID, _DEFAULT_PARAM, _MLP_OPTIONS, class_proba, fit_head, fit_knn_head
 from crslib.probes import linear_head as _probe_linear_head
 from crslib.risk_scores import MULTICLASS, primary_score
 from crslib.splits import MIN_PATIENTS, grouped_partition, inner_folds, min_patients, patient_partition
 
-__all__ = ["MAX_CLASSES", "class_patients", "patient_classes", "partition", "folds", "head", "linear_head"]
+__all__ = ["MAX_CLASSES", "class_patients", "patient_classes", "partition", "folds", "head"]
 
 #: Most distinct values an integer-like column may have to be guessed a multi-class task (``task="auto"``);
 #: a numeric column with more values is a regression target. Text columns are classes at any count.
@@ -156,32 +155,35 @@ def _linear_proba(value: float, Z_fit: np.ndarray, y_fit: np.ndarray, Z: np.ndar
     return class_proba(model, Z, n_classes)
 
 
-def _multiclass_linear(Z, y, tr, inner, seed=None):
+def _multiclass_linear(Z, y, tr, inner, seed=None, *, fold_features=None, param=None, score=None):
     """Multinomial logistic regression, C by inner-CV macro AUROC: (probabilities, ``"C=.."``, inner score)."""
     k = _n_classes(y)
-    best, score = _DEFAULT_PARAM["linear_classification"], float("nan")
-    if inner:
-        Zt, yt = Z[tr], y[tr]
+    best, inner_score = _DEFAULT_PARAM["linear_classification"], float("nan")
+    if param is not None:
+        best = param
+    elif inner:
+        yt = y[tr]
         scores = []
         for value in _C_GRID:
             oof = np.zeros((yt.size, k))
-            for fit, val in inner:
+            for i, (fit, val) in enumerate(inner):
+                Zt = Z[tr] if fold_features is None else fold_features[i]
                 oof[val] = _linear_proba(value, Zt[fit], yt[fit], Zt[val], k)
-            scores.append(primary_score(MULTICLASS, yt, oof))
+            scores.append(score(yt, oof) if score else primary_score(MULTICLASS, yt, oof))
         if np.isfinite(scores).any():
             i = int(np.nanargmax(scores))
-            best, score = _C_GRID[i], float(scores[i])
-    return _linear_proba(best, Z[tr], y[tr], Z, k), f"C={best:g}", score
+            best, inner_score = _C_GRID[i], float(scores[i])
+    return _linear_proba(best, Z[tr], y[tr], Z, k), f"C={best:g}", inner_score
 
 
-def _multiclass_knn(Z, y, tr, inner, seed=None):
-    """Class shares among the k nearest training rows, k by inner-CV macro AUROC."""
+def _multiclass_knn(Z, y, tr, inner, seed=None, *, fold_features=None, param=None, score=None):
+    """Class shares among the k nearest training rows, k by inner-CV macro AUROC (or ``score``)."""
     onehot = np.eye(_n_classes(y))[y]
-    return fit_knn_head(Z, y, tr, inner, MULTICLASS, targets=onehot,
-                        score=lambda truth, pred: primary_score(MULTICLASS, truth, pred))
+    return fit_knn_head(Z, y, tr, inner, MULTICLASS, targets=onehot, fold_features=fold_features, param=param,
+                        score=score or (lambda truth, pred: primary_score(MULTICLASS, truth, pred)))
 
 
-def _multiclass_mlp(Z, y, tr, inner, seed=0):
+def _multiclass_mlp(Z, y, tr, inner, seed=0, *, fold_features=None, param=None, score=None):
     """MLP classifier with the fixed settings of the binary head (no inner CV)."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.neural_network import MLPClassifier
@@ -197,21 +199,19 @@ def _multiclass_mlp(Z, y, tr, inner, seed=0):
 _HEADS = {"linear": _multiclass_linear, "knn": _multiclass_knn, "mlp": _multiclass_mlp}
 
 
-def head(name: str, Z: np.ndarray, y: np.ndarray, tr: np.ndarray, inner: list, task: str, seed: int):
+def head(name: str, Z: np.ndarray, y: np.ndarray, tr: np.ndarray, inner: list, task: str, seed: int, *,
+         fold_features: list[np.ndarray] | None = None, param: float | None = None, score=None):
     """Fit one head on the training rows ``tr``: (prediction for every row, hyperparameter, inner-CV score).
 
     A multi-class prediction is an (n_rows, k) array of class probabilities;
-    other tasks go to :func:`crslib.probes.fit_head`.
+    other tasks go to :func:`crslib.probes.fit_head`. ``fold_features`` and
+    ``param`` as there: per inner fold the training rows' features reduced
+    on that fold's fitting rows, a fixed hyperparameter value (no inner
+    CV), and ``score(y, pred)`` (higher is better) that ranks the inner-CV
+    settings (default: the task's primary metric).
     """
-    if task != MULTICLASS:
-        return fit_head(name, Z, y, tr, inner, task, seed)
     if name not in _HEADS:
         raise InputError(f"unknown head {name!r}; choose {', '.join(_HEADS)}")
-    return _HEADS[name](Z, y, tr, inner, seed)
-
-
-def linear_head(Z: np.ndarray, y: np.ndarray, tr: np.ndarray, inner: list, task: str):
-    """The feature union's head: the linear head of ``task`` (see :func:`head`)."""
     if task != MULTICLASS:
-        return fit_linear_head(Z, y, tr, inner, task)
-    return _multiclass_linear(Z, y, tr, inner)
+        return fit_head(name, Z, y, tr, inner, task, seed, fold_features=fold_features, param=param, score=score)
+    return _HEADS[name](Z, y, tr, inner, seed, fold_features=fold_features, param=param, score=score)

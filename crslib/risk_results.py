@@ -56,15 +56,22 @@ class PartitionResult:
     Attributes
     ----------
     candidates : DataFrame
-        One row per candidate (encoder x head, then the feature union):
-        ``candidate`` (``"encoder/head"``; the union is ``"union/linear"``),
-        ``encoder``, ``head``, ``members`` (encoders whose features it uses),
+        One row per candidate (encoder x head, the prediction-level
+        combinations ``average``, ``greedy`` and ``stack`` of the encoders'
+        base heads, then the feature union): ``candidate``
+        (``"encoder/head"``, ``"stack/linear"``; the union is
+        ``"union/linear"``), ``encoder`` (the encoder, or the kind of
+        combination), ``head``, ``kind`` (``single``, ``average``,
+        ``greedy``, ``stack`` or ``union``), ``members`` (encoders whose
+        features or predictions it uses), ``n_members``,
         ``n_features`` (input dimension of the head), ``param`` (the
-        hyperparameter chosen by inner CV), ``inner_score`` (its inner-CV
-        primary metric on the training rows; NaN for the MLP, whose settings
-        are fixed), ``val_score``, ``val_low``, ``val_high``,
+        hyperparameter chosen by inner CV), ``inner_loss`` (its inner-CV
+        selection loss on the training rows, each fold reduced by a PCA
+        fitted on that fold's own fitting rows; NaN for the MLP, whose
+        settings are fixed, and for the combinations), ``val_score``, ``val_low``, ``val_high``,
         ``val_secondary``, ``val_rank`` (1 = best on validation),
-        ``test_score``, ``test_low``, ``test_high``, ``test_secondary`` and
+        ``val_loss`` (the selection loss on validation), ``test_score``,
+        ``test_low``, ``test_high``, ``test_secondary``, ``test_loss`` and
         ``selected``. ``*_score`` is the primary metric (AUROC, macro
         one-vs-rest AUROC or R^2), ``*_low``/``*_high`` its percentile
         interval from a patient-grouped bootstrap, ``*_undefined`` the
@@ -75,10 +82,10 @@ class PartitionResult:
         The selected candidate (chosen on validation only).
     union : dict
         The feature-union decision: ``evaluated``, ``members``,
-        ``candidate``, ``best_single``, ``gain`` (validation score of the
-        union minus that of the best single-encoder candidate), ``low``,
-        ``high``, ``share_positive`` (paired bootstrap on validation),
-        ``chosen`` (``low > 0``) and ``reason``.
+        ``candidate``, ``best_single`` (the single candidate the tie rule
+        keeps), ``gain`` (its validation loss minus the union's), ``low``,
+        ``high`` (paired, patient-grouped bootstrap interval of that gain),
+        ``chosen`` and ``reason``.
     comparisons : DataFrame
         Paired test bootstrap of every other candidate against the selected
         one: ``candidate``, ``encoder``, ``head``, ``difference``
@@ -97,6 +104,31 @@ class PartitionResult:
         ``"regression"`` (see :attr:`task_type`).
     classes : list or None
         The label values in code order (binary: the second is the positive class).
+    selection : DataFrame
+        The selection on validation, one row per candidate (see
+        :func:`crslib.risk_select.select_candidate`): validation loss with
+        its interval, gap to the best single candidate, ``within_noise``,
+        the combinations' paired gain and ``evidence``, ``chosen`` and
+        ``why``.
+    refit : DataFrame
+        The selected candidate on the test partition as fitted on the
+        training rows (``fit="train"``) and refitted on train + validation
+        (``fit="train+validation"``): ``n_fit``, ``test_score`` with
+        ``test_low`` / ``test_high``, ``test_secondary``, ``test_loss``.
+    refit_prediction : ndarray
+        The refitted selected candidate's prediction for every row.
+    metrics : DataFrame
+        The study's metric panel of the selected candidate on the test
+        partition, both fits (:func:`crslib.risk_metrics.metric_panel`):
+        ``fit``, ``metric``, ``value``, ``low``, ``high``, ``n_undefined``.
+    dropped : DataFrame
+        Per part (validation, test): bootstrap resamples left out of the
+        primary metric's intervals because a class was absent
+        (``n_dropped``, ``share``).
+    not_fitted : DataFrame
+        Combinations that could not be built here, with the ``reason``.
+    loss : str
+        The selection loss (``log_loss``, ``mse`` or ``mae``).
     partition : int
         Index of the partition in :func:`crslib.risk.representation_risk`.
     random_state : int
@@ -122,6 +154,13 @@ class PartitionResult:
     random_state: int = 0
     n_resamples: int = 2000
     confidence: float = 0.95
+    selection: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+    refit: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+    refit_prediction: np.ndarray | None = field(repr=False, default=None)
+    metrics: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+    dropped: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+    not_fitted: pd.DataFrame = field(repr=False, default_factory=pd.DataFrame)
+    loss: str = "log_loss"
 
     @property
     def task_type(self) -> str:
@@ -149,7 +188,13 @@ class PartitionResult:
             "n_resamples": self.n_resamples,
             "confidence": self.confidence,
             "selected": self.selected,
+            "loss": self.loss,
             "union": self.union,
+            "selection": self.selection,
+            "refit": self.refit,
+            "metrics": self.metrics,
+            "dropped": self.dropped,
+            "not_fitted": self.not_fitted,
             "candidates": self.candidates,
             "comparisons": self.comparisons,
             "reduction": self.reduction,
@@ -234,6 +279,24 @@ class RiskResult:
             "lookagain_facts": LOOKAGAIN_FACTS,
         })
 
+    @property
+    def dropped(self) -> pd.DataFrame:
+        """What each partition left out: bootstrap resamples without every class, and candidates not fitted.
+
+        One row per partition and part (``validation``, ``test``) with
+        ``n_dropped`` resamples of ``n_resamples`` and their ``share``, then one
+        row per candidate that could not be fitted (``part="fit"``, with the
+        ``reason``).
+        """
+        rows = []
+        for p in self.partitions:
+            rows.append(p.dropped.assign(partition=p.partition, candidate="", reason=""))
+            if len(p.not_fitted):
+                rows.append(p.not_fitted.assign(partition=p.partition, part="fit", metric="", n_resamples=0,
+                                                n_dropped=0, share=0.0))
+        cols = ["partition", "part", "metric", "n_resamples", "n_dropped", "share", "candidate", "reason"]
+        return pd.concat(rows, ignore_index=True)[cols] if rows else pd.DataFrame(columns=cols)
+
     def stability(self) -> dict[str, Any]:
         """How much the outcome depends on the partition: one row of :func:`stability_table`.
 
@@ -244,7 +307,9 @@ class RiskResult:
             encoders selected``, the selected candidate's ``test score mean``,
             ``test score SD`` and ``test score range`` over the partitions, the
             ``rank correlation between partitions`` (validation, test; see
-            :attr:`rank_correlation`) and ``union chosen (partitions)``.
+            :attr:`rank_correlation`), ``union chosen (partitions)`` and
+            ``combination chosen (partitions)`` (the union, an average, a
+            greedy average or a stack).
         """
         scores = self.selected_test_scores
         return {
@@ -256,6 +321,7 @@ class RiskResult:
             "rank correlation between partitions (validation)": self.rank_correlation["validation"],
             "rank correlation between partitions (test)": self.rank_correlation["test"],
             "union chosen (partitions)": int(sum(p.union.get("chosen", False) for p in self.partitions)),
+            "combination chosen (partitions)": int(sum(p.selected_row["kind"] != "single" for p in self.partitions)),
         }
 
     def save(self, folder: str | os.PathLike, *, name: str) -> list[Path]:
@@ -266,7 +332,11 @@ class RiskResult:
         and ``comparisons_<name>.csv`` (the first partition's candidates and
         paired test comparisons), ``partitions_<name>.csv``
         (:attr:`all_partitions`), ``spread_<name>.csv``,
-        ``selection_<name>.csv`` (:attr:`selection_counts`) and
+        ``selection_<name>.csv`` (:attr:`selection_counts`),
+        ``selection_table_<name>.csv``, ``refit_<name>.csv`` and
+        ``metrics_<name>.csv`` (the first partition's selection, refit and
+        metric panel), ``dropped_<name>.csv`` (:attr:`dropped`: every
+        partition's dropped resamples and unfitted candidates) and
         ``stability_<name>.csv`` (:func:`stability_table` of this result).
 
         Parameters
@@ -289,14 +359,16 @@ class RiskResult:
         >>> emb = {"good": rng.normal(size=(120, 5)) + y[:, None], "noise": rng.normal(size=(120, 5))}
         >>> res = representation_risk(emb, y, groups=np.arange(120), heads=["linear"], n_partitions=2, n_resamples=50)
         >>> sorted(p.name for p in res.save(tempfile.mkdtemp(), name="label"))[:3]
-        ['candidates_label.csv', 'comparisons_label.csv', 'partitions_label.csv']
+        ['candidates_label.csv', 'comparisons_label.csv', 'dropped_label.csv']
         """
         if not isinstance(name, str) or not name or Path(name).name != name:
             raise InputError(f"name must be a non-empty file-name part (e.g. the target column), got {name!r}")
         folder = Path(folder)
         written = [atomic_write_text(folder / f"risk_{name}.json", json.dumps(self.to_dict(), indent=2))]
         tables = {"candidates": self.primary.candidates, "comparisons": self.primary.comparisons,
-                  "partitions": self.all_partitions, "spread": self.spread, "selection": self.selection_counts}
+                  "partitions": self.all_partitions, "spread": self.spread, "selection": self.selection_counts,
+                  "selection_table": self.primary.selection, "refit": self.primary.refit,
+                  "metrics": self.primary.metrics, "dropped": self.dropped}
         for stem, table in tables.items():
             written.append(atomic_write_text(folder / f"{stem}_{name}.csv", table.to_csv(index=False)))
         written.append(atomic_write_text(folder / f"stability_{name}.csv", stability_table({name: self}).to_csv()))

@@ -36,7 +36,8 @@ from crslib.probes import r2
 from crslib.risk_results import PartitionResult
 from crslib.stats import resample_indices
 
-__all__ = ["UNION", "MULTICLASS", "spread_and_selection", "rank_stability", "count_matrix", "weighted_auroc", "weighted_macro_auroc", "weighted_r2", "partition_scores",
+__all__ = ["UNION", "MULTICLASS", "LOSSES", "DEFAULT_LOSS", "row_losses", "resampled_loss", "spread_and_selection",
+           "rank_stability", "count_matrix", "weighted_auroc", "weighted_macro_auroc", "weighted_r2", "partition_scores",
            "primary_score", "resampled_primary"]
 
 #: Name of the feature-union candidate's ``encoder`` column.
@@ -44,6 +45,47 @@ UNION = "union"
 
 #: Name of the multi-class task (the binary one is ``"classification"``, as before multi-class tasks existed).
 MULTICLASS = "multiclass"
+
+
+#: Proper scores (lower is better) that select among candidates, by task.
+LOSSES = {"classification": ("log_loss",), MULTICLASS: ("log_loss",), "regression": ("mse", "mae")}
+
+#: The selection loss of each task when none is chosen.
+DEFAULT_LOSS = {"classification": "log_loss", MULTICLASS: "log_loss", "regression": "mse"}
+
+#: Probabilities are clipped to [_CLIP, 1 - _CLIP] before the log of the log loss (as scikit-learn did).
+_CLIP = 1e-15
+
+
+def row_losses(task: str, y: np.ndarray, pred: np.ndarray, loss: str) -> np.ndarray:
+    """Each row's contribution to a proper score; their (weighted) mean is the score.
+
+    ``log_loss``: minus the log of the probability given to the true class
+    (binary: ``pred`` is P(class 1); multi-class: one column per class code),
+    probabilities clipped to [1e-15, 1 - 1e-15]; ``mse``: squared error;
+    ``mae``: absolute error.
+
+    Examples
+    --------
+    >>> row_losses("classification", np.array([1, 0]), np.array([0.5, 0.5]), "log_loss").round(4).tolist()
+    [0.6931, 0.6931]
+    >>> row_losses("regression", np.array([1.0, 2.0]), np.array([0.0, 4.0]), "mae").tolist()
+    [1.0, 2.0]
+    """
+    if loss == "log_loss":
+        if task == MULTICLASS:
+            p = pred[np.arange(y.size), y.astype(np.int64)]
+        else:
+            p = np.where(y == 1, pred, 1.0 - pred)
+        return -np.log(np.clip(p, _CLIP, 1.0 - _CLIP))
+    if loss == "mse":
+        return (y - pred) ** 2
+    return np.abs(y - pred)
+
+
+def resampled_loss(row_loss: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """A proper score (mean of ``row_loss``) on every resample of ``counts`` at once; always defined."""
+    return counts @ row_loss / counts.sum(axis=1)
 
 
 def count_matrix(groups: np.ndarray, n_resamples: int, random_state: int) -> np.ndarray:
@@ -187,7 +229,8 @@ def spread_and_selection(results: list[PartitionResult],
     ).reset_index()
     spread["times_selected"] = spread["times_selected"].astype(int)
 
-    encoders = encoders + ([UNION] if any(r.union["evaluated"] for r in results) else [])
+    kinds = set().union(*(set(r.candidates["kind"]) for r in results))
+    encoders = encoders + [k for k in ("average", "greedy", "stack", UNION) if k in kinds]
     chosen = pd.Series([r.selected_row["encoder"] for r in results])
     counts = [int((chosen == e).sum()) for e in encoders]
     selection_counts = pd.DataFrame({"encoder": encoders, "count": counts,
@@ -196,21 +239,25 @@ def spread_and_selection(results: list[PartitionResult],
 
 
 def rank_stability(results: list[PartitionResult], encoders: list[str]) -> tuple[pd.DataFrame, dict[str, float]]:
-    """The encoders' ranks over partitions, and the mean rank correlation between partitions."""
+    """The encoders' ranks over partitions, and the mean rank correlation between partitions.
+
+    Each encoder is represented in a partition by its head with the lowest
+    validation loss (its test loss is that head's: no test-based choice) and
+    ranked by the selection loss, so encoders tied on AUROC are still told
+    apart; tied losses share the better rank.
+    """
     from scipy.stats import rankdata
 
-    # each encoder scored by its validation-best head (its test score is that head's: no test-based choice)
     val_m = np.empty((len(results), len(encoders)))
     test_m = np.empty((len(results), len(encoders)))
     for i, r in enumerate(results):
-        single = r.candidates[r.candidates["encoder"] != UNION]
+        single = r.candidates[r.candidates["kind"] == "single"]
         for j, name in enumerate(encoders):
             rows = single[single["encoder"] == name]
-            best = rows.iloc[int(np.nanargmax(rows["val_score"].to_numpy()))] if rows["val_score"].notna().any() \
-                else rows.iloc[0]
-            val_m[i, j], test_m[i, j] = best["val_score"], best["test_score"]
-    val_rank = rankdata(-np.nan_to_num(val_m, nan=-np.inf), axis=1, method="min")
-    test_rank = rankdata(-np.nan_to_num(test_m, nan=-np.inf), axis=1, method="min")
+            best = rows.iloc[int(np.argmin(rows["val_loss"].to_numpy()))]
+            val_m[i, j], test_m[i, j] = best["val_loss"], best["test_loss"]
+    val_rank = rankdata(val_m, axis=1, method="min")
+    test_rank = rankdata(test_m, axis=1, method="min")
     rank_stability = pd.DataFrame({
         "encoder": encoders,
         "mean_val_rank": val_rank.mean(axis=0),
@@ -218,4 +265,4 @@ def rank_stability(results: list[PartitionResult], encoders: list[str]) -> tuple
         "share_first_val": (val_rank == 1).mean(axis=0),
         "share_first_test": (test_rank == 1).mean(axis=0),
     })
-    return rank_stability, {"validation": _mean_spearman(val_m), "test": _mean_spearman(test_m)}
+    return rank_stability, {"validation": _mean_spearman(-val_m), "test": _mean_spearman(-test_m)}

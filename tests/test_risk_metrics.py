@@ -1,0 +1,181 @@
+"""The representation-risk metric panel (crslib.risk_metrics): values against scikit-learn and numpy,
+calibration known answers, patient-grouped intervals, undefined resamples, and input errors."""
+
+import numpy as np
+import pytest
+from sklearn.metrics import (accuracy_score, balanced_accuracy_score, f1_score, log_loss, mean_absolute_error,
+                             mean_squared_error, r2_score, roc_auc_score)
+
+from crslib.errors import InputError
+from crslib.metrics import brier_loss, calibration_error
+from crslib.risk_metrics import PANEL_METRICS, _samples, metric_panel
+from crslib.risk_scores import count_matrix
+
+
+def _binary(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    p = np.clip(0.35 * y + 0.65 * rng.random(n), 0.0, 1.0)
+    return y, p
+
+
+def _multiclass(n=240, k=3, seed=1):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    logits = rng.normal(size=(n, k)) + 1.2 * np.eye(k)[y]
+    proba = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    return y, proba
+
+
+def _regression(n=200, seed=2):
+    rng = np.random.default_rng(seed)
+    y = rng.normal(size=n)
+    return y, 0.7 * y + rng.normal(scale=0.6, size=n) + 0.2
+
+
+def _values(panel):
+    return dict(zip(panel["metric"], panel["value"]))
+
+
+def test_binary_values_equal_sklearn():
+    y, p = _binary()
+    panel = metric_panel("classification", y, p, None, n_resamples=50)
+    assert list(panel.columns) == ["metric", "value", "low", "high", "n_undefined"]
+    assert tuple(panel["metric"]) == PANEL_METRICS["classification"]
+    v, label = _values(panel), (p >= 0.5).astype(int)
+    assert v["accuracy"] == pytest.approx(accuracy_score(y, label), abs=1e-12)
+    assert v["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(y, label), abs=1e-12)
+    assert v["macro_f1"] == pytest.approx(f1_score(y, label, average="macro"), abs=1e-12)
+    assert v["log_loss"] == pytest.approx(log_loss(y, y_proba=p), abs=1e-12)
+    assert v["ece"] == pytest.approx(calibration_error(y, p, n_bins=10), abs=1e-12)
+    assert v["brier"] == pytest.approx(brier_loss(y, p), abs=1e-12)
+    assert v["auroc"] == pytest.approx(roc_auc_score(y, p), abs=1e-12)
+
+
+def test_multiclass_values_equal_sklearn_and_definitions():
+    y, proba = _multiclass()
+    v = _values(metric_panel("multiclass", y, proba, None, n_resamples=50))
+    label = proba.argmax(axis=1)
+    assert v["accuracy"] == pytest.approx(accuracy_score(y, label), abs=1e-12)
+    assert v["balanced_accuracy"] == pytest.approx(balanced_accuracy_score(y, label), abs=1e-12)
+    assert v["macro_f1"] == pytest.approx(f1_score(y, label, average="macro"), abs=1e-12)
+    assert v["log_loss"] == pytest.approx(log_loss(y, y_proba=proba, labels=[0, 1, 2]), abs=1e-12)
+    assert v["macro_auroc"] == pytest.approx(roc_auc_score(y, proba, multi_class="ovr", average="macro"), abs=1e-12)
+    assert v["brier"] == pytest.approx(np.mean(np.sum((proba - np.eye(3)[y]) ** 2, axis=1)), abs=1e-12)
+    assert v["ece"] == pytest.approx(calibration_error((label == y).astype(int), proba.max(axis=1), n_bins=10))
+
+
+def test_regression_values_equal_sklearn_and_numpy():
+    y, pred = _regression()
+    v = _values(metric_panel("regression", y, pred, None, n_resamples=50))
+    assert v["r2"] == pytest.approx(r2_score(y, pred), abs=1e-12)
+    assert v["mse"] == pytest.approx(mean_squared_error(y, pred), abs=1e-12)
+    assert v["mae"] == pytest.approx(mean_absolute_error(y, pred), abs=1e-12)
+    assert v["correlation"] == pytest.approx(np.corrcoef(y, pred)[0, 1], abs=1e-12)
+    assert v["calibration_slope"] == pytest.approx(np.polyfit(pred, y, 1)[0], abs=1e-10)
+
+
+@pytest.mark.parametrize("task, data", [("classification", _binary(60)), ("multiclass", _multiclass(60)),
+                                        ("regression", _regression(60))])
+def test_every_resample_equals_the_metric_on_its_repeated_rows(task, data):
+    y, pred = data
+    groups = np.repeat(np.arange(30), 2)
+    counts = count_matrix(groups, 4, 7)
+    samples = _samples(task, y, pred, counts, 10)
+    for r in range(counts.shape[0]):
+        rows = np.repeat(np.arange(y.size), counts[r].astype(int))
+        on_rows = metric_panel(task, y[rows], pred[rows], None, n_resamples=1)["value"].to_numpy()
+        np.testing.assert_allclose(samples[r], on_rows, rtol=1e-10, atol=1e-12)
+
+
+def test_ece_near_zero_when_calibrated_and_large_when_pushed_to_extremes():
+    # 400 rows at 0.25 with 100 positives, 400 at 0.75 with 300 positives: calibrated exactly
+    y = np.r_[np.ones(100), np.zeros(300), np.ones(300), np.zeros(100)].astype(int)
+    calibrated = np.r_[np.full(400, 0.25), np.full(400, 0.75)]
+    pushed = np.r_[np.full(400, 0.01), np.full(400, 0.99)]
+    ece_cal = _values(metric_panel("classification", y, calibrated, None, n_resamples=20))["ece"]
+    ece_pushed = _values(metric_panel("classification", y, pushed, None, n_resamples=20))["ece"]
+    assert ece_cal == pytest.approx(0.0, abs=1e-12)
+    assert ece_pushed == pytest.approx(0.24, abs=1e-12)  # each half off by |0.01 - 0.25| = |0.99 - 0.75|
+
+
+def test_calibration_slope_known_answers():
+    y = np.random.default_rng(3).normal(size=100)
+    assert _values(metric_panel("regression", y, 2 * y, None, n_resamples=20))["calibration_slope"] == 0.5
+    assert _values(metric_panel("regression", y, y, None, n_resamples=20))["calibration_slope"] == 1.0
+    constant = metric_panel("regression", y, np.full(100, 0.3), None, n_resamples=20).set_index("metric")
+    assert np.isnan(constant.loc["calibration_slope", "value"])
+    assert constant.loc["calibration_slope", "n_undefined"] == 20
+    assert constant.loc["correlation", "n_undefined"] == 20
+    assert constant.loc["mse", "n_undefined"] == 0
+
+
+def test_whole_patients_widen_the_interval():
+    # 20 patients of 10 identical rows: only 20 independent units, not 200
+    rng = np.random.default_rng(4)
+    y_pat, p_pat = rng.integers(0, 2, 20), rng.random(20)
+    y, p = np.repeat(y_pat, 10), np.repeat(p_pat, 10)
+    by_patient = metric_panel("classification", y, p, np.repeat(np.arange(20), 10), n_resamples=500)
+    by_row = metric_panel("classification", y, p, None, n_resamples=500)
+    width_patient = (by_patient["high"] - by_patient["low"]).to_numpy()
+    width_row = (by_row["high"] - by_row["low"]).to_numpy()
+    assert np.all(width_patient > 1.5 * width_row)
+
+
+def test_one_class_resamples_are_counted_and_left_out():
+    # 3 patients: A (two negatives), B (two positives), C (one positive); a third of resamples have one class
+    y = np.array([0, 0, 1, 1, 1])
+    p = np.array([0.2, 0.6, 0.4, 0.9, 0.7])
+    groups = np.array(["A", "A", "B", "B", "C"])
+    panel = metric_panel("classification", y, p, groups, n_resamples=300, random_state=5).set_index("metric")
+
+    counts = count_matrix(groups, 300, 5)
+    one_class = (counts[:, y == 0].sum(axis=1) == 0) | (counts[:, y == 1].sum(axis=1) == 0)
+    assert 50 < one_class.sum() < 150
+    assert panel.loc["auroc", "n_undefined"] == one_class.sum()
+    assert panel.loc["balanced_accuracy", "n_undefined"] == one_class.sum()
+    assert panel.loc["accuracy", "n_undefined"] == 0
+
+    aurocs = []
+    for r in np.flatnonzero(~one_class):
+        rows = np.repeat(np.arange(5), counts[r].astype(int))
+        aurocs.append(roc_auc_score(y[rows], p[rows]))
+    assert panel.loc["auroc", "low"] == pytest.approx(np.percentile(aurocs, 2.5), abs=1e-12)
+    assert panel.loc["auroc", "high"] == pytest.approx(np.percentile(aurocs, 97.5), abs=1e-12)
+
+
+@pytest.mark.parametrize("task, data", [("classification", _binary()), ("multiclass", _multiclass()),
+                                        ("regression", _regression())])
+def test_interval_contains_value_and_narrows_with_confidence(task, data):
+    y, pred = data
+    groups = np.repeat(np.arange(y.size // 2), 2)
+    wide = metric_panel(task, y, pred, groups, n_resamples=400, confidence=0.95)
+    narrow = metric_panel(task, y, pred, groups, n_resamples=400, confidence=0.5)
+    assert np.all((wide["low"] <= wide["value"]) & (wide["value"] <= wide["high"]))
+    assert np.all(narrow["high"] - narrow["low"] < wide["high"] - wide["low"])
+    assert np.all(wide["n_undefined"] == 0)
+    again = metric_panel(task, y, pred, groups, n_resamples=400, confidence=0.95)
+    assert again.equals(wide)
+
+
+def test_bad_inputs_raise_input_error_with_clear_messages():
+    y, p = _binary(20)
+    with pytest.raises(InputError, match=r"^unknown task 'survival'; choose from 'classification', 'multiclass', "
+                                         r"'regression'$"):
+        metric_panel("survival", y, p, None)
+    with pytest.raises(InputError, match=r"pred for task 'multiclass' must have shape \(n_rows, n_classes\) .* "
+                                         r"got shape \(20,\)"):
+        metric_panel("multiclass", y, p, None)
+    with pytest.raises(InputError, match=r"groups must hold one patient id per image \(20\), got shape \(19,\)"):
+        metric_panel("classification", y, p, np.arange(19))
+    with pytest.raises(InputError, match=r"for class-probability columns use task='multiclass'"):
+        metric_panel("classification", y, np.c_[1 - p, p], None)
+    yk, proba = _multiclass(30)
+    with pytest.raises(InputError, match=r"must hold class codes 0 \.\. 2 .* got values in \[0, 3\]"):
+        metric_panel("multiclass", np.r_[yk[:-1], 3], proba, None)
+    with pytest.raises(InputError, match=r"each row of pred must sum to 1"):
+        metric_panel("multiclass", yk, proba * 0.9, None)
+    with pytest.raises(InputError, match=r"y and pred must have one entry per row: y has 20 rows, pred has 19"):
+        metric_panel("regression", y.astype(float), p[:19], None)
+    with pytest.raises(InputError, match=r"n_resamples must be an integer >= 1, got 0"):
+        metric_panel("regression", y.astype(float), p, None, n_resamples=0)

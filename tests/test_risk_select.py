@@ -1,0 +1,331 @@
+"""Selection by a proper score, prediction-level combinations and the refit of crslib.risk (issue 20)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from crslib.errors import InputError
+from crslib.risk import evaluate_partition, refit_prediction, representation_risk
+from crslib.risk_scores import count_matrix, row_losses
+from crslib.risk_select import fit_stack, greedy_members, select_candidate
+
+FAST = {"n_components": 8, "n_resamples": 300}
+
+
+def _latent_embedding(latent: np.ndarray, rng: np.random.Generator, *, d: int = 12, strength: float = 3.0):
+    u = rng.normal(size=d)
+    u /= np.linalg.norm(u)
+    return strength * latent[:, None] * u[None, :] + rng.normal(size=(latent.size, d))
+
+
+def _table(names, kinds, heads=None, members=None):
+    heads = heads or ["linear"] * len(names)
+    members = members or [n.split("/")[0] for n in names]
+    return pd.DataFrame({"candidate": names, "kind": kinds, "head": heads, "members": members,
+                         "n_members": [m.count("+") + 1 for m in members]})
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+# --------------------------------------------------------------------------- the selection rule
+
+
+def test_same_auroc_different_calibration_the_better_log_loss_wins_in_either_order():
+    """(a) Same ranking of the rows (same AUROC), one calibrated and one overconfident: order never decides."""
+    rng = np.random.default_rng(0)
+    groups = np.arange(200)
+    z = rng.normal(size=200)
+    y = (rng.random(200) < _sigmoid(z)).astype(int)
+    preds = {"calibrated/linear": _sigmoid(z), "overconfident/linear": _sigmoid(4 * z)}
+    losses = {c: row_losses("classification", y, p, "log_loss") for c, p in preds.items()}
+    counts = count_matrix(groups, 500, 0)
+    for order in (list(preds), list(preds)[::-1]):
+        selected, table = select_candidate(_table(order, ["single", "single"]), losses, counts, loss="log_loss",
+                                           confidence=0.95)
+        assert selected == "calibrated/linear"
+        assert table.set_index("candidate").loc["calibrated/linear", "why"].startswith("lowest validation log_loss")
+    # ...while the old criterion could not tell them apart
+    from crslib.stats import auroc
+    assert auroc(y, preds["calibrated/linear"]) == auroc(y, preds["overconfident/linear"])
+
+
+def test_two_encoders_at_validation_auroc_one_are_told_apart_by_log_loss_in_either_order():
+    """The issue's case end to end: two separable encoders, AUROC 1.000 both; listing order must not decide."""
+    rng = np.random.default_rng(1)
+    groups = np.repeat(np.arange(80), 2)
+    y = np.repeat(np.tile([0, 1], 40), 2)
+    latent = np.where(y == 1, 1.0, -1.0)
+    emb = {"wide": _latent_embedding(latent, rng, strength=12.0), "narrow": _latent_embedding(latent, rng,
+                                                                                             strength=6.0)}
+    selections = []
+    for names in (["wide", "narrow"], ["narrow", "wide"]):
+        res = evaluate_partition({n: emb[n] for n in names}, y, groups=groups, heads=["linear"], union_size=0,
+                                 combinations=(), **FAST)
+        assert (res.candidates["val_score"] == 1.0).all()
+        selections.append(res.selected)
+        best = res.candidates.loc[res.candidates["val_loss"].idxmin(), "candidate"]
+        assert res.selected == best
+    assert selections[0] == selections[1]
+
+
+def test_within_noise_the_simpler_head_is_kept_and_the_reason_says_so():
+    rng = np.random.default_rng(2)
+    groups = np.arange(60)
+    base = rng.exponential(0.5, size=60)
+    losses = {"a/knn": base, "a/linear": base + rng.normal(0.01, 0.2, size=60)}  # knn lower, but within noise
+    counts = count_matrix(groups, 400, 0)
+    selected, table = select_candidate(_table(list(losses), ["single", "single"], heads=["knn", "linear"]), losses,
+                                       counts, loss="log_loss", confidence=0.95)
+    rows = table.set_index("candidate")
+    assert rows.loc["a/knn", "val_loss"] < rows.loc["a/linear", "val_loss"]
+    assert selected == "a/linear" and rows.loc["a/linear", "within_noise"]
+    assert "within the bootstrap noise of a/knn" in rows.loc["a/linear", "why"]
+    # a clear gap: the lower loss wins although its head is not the simpler one
+    losses["a/linear"] = base + 0.5
+    assert select_candidate(_table(list(losses), ["single", "single"], heads=["knn", "linear"]), losses, counts,
+                            loss="log_loss", confidence=0.95)[0] == "a/knn"
+
+
+def test_combination_needs_a_lower_bound_above_zero_not_a_positive_point_gain():
+    """The union rule, direct: positive point gain with an interval including 0 is rejected."""
+    rng = np.random.default_rng(3)
+    groups = np.arange(100)
+    single = rng.exponential(0.6, size=100)
+    counts = count_matrix(groups, 1000, 0)
+    names = ["a/linear", "union/linear"]
+    table = _table(names, ["single", "union"], members=["a", "a+b"])
+    jitter = rng.normal(0, 0.4, size=100)
+    noisy = {"a/linear": single, "union/linear": single - 0.02 + jitter - jitter.mean()}
+    selected, sel = select_candidate(table, noisy, counts, loss="log_loss", confidence=0.95)
+    union = sel.set_index("candidate").loc["union/linear"]
+    assert np.mean(noisy["a/linear"]) > np.mean(noisy["union/linear"])  # a positive point gain
+    assert union["gain_low"] < 0 < union["gain_high"] and not union["evidence"]
+    assert selected == "a/linear" and "not selected" in union["why"]
+    clear = {"a/linear": single, "union/linear": single - 0.1}
+    selected, sel = select_candidate(table, clear, counts, loss="log_loss", confidence=0.95)
+    assert selected == "union/linear" and sel.set_index("candidate").loc["union/linear", "gain_low"] > 0
+
+
+def test_greedy_forward_selection_stops_when_nothing_lowers_the_loss():
+    y = np.array([0.0, 1.0, 2.0, 3.0])
+    base = {"a": y + [0.5, -0.5, 0.5, -0.5], "b": y - [0.5, -0.5, 0.5, -0.5], "c": y + 3.0}
+    assert greedy_members(base, y, "regression", "mse") == ["a", "b"]
+    assert greedy_members({"c": base["c"], "a": base["a"]}, y, "regression", "mse") == ["a"]
+
+
+# --------------------------------------------------------------------------- end to end
+
+
+def _complementary(seed=0, n_patients=200, task="classification"):
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n_patients), 2)
+    a = rng.normal(size=n_patients)[groups] + 0.2 * rng.normal(size=groups.size)
+    b = rng.normal(size=n_patients)[groups] + 0.2 * rng.normal(size=groups.size)
+    signal = a + b + 0.3 * rng.normal(size=groups.size)
+    y = (signal > 0).astype(int) if task == "classification" else 10 * signal
+    return {"A": _latent_embedding(a, rng), "B": _latent_embedding(b, rng)}, y, groups
+
+
+def test_complementary_encoders_a_combination_wins_with_evidence():
+    """(b) Each encoder carries half of the signal: a stack or union is selected, and only with evidence."""
+    emb, y, groups = _complementary()
+    res = evaluate_partition(emb, y, groups=groups, **FAST)
+    sel = res.selection.set_index("candidate")
+    assert sel.loc[res.selected, "kind"] in ("stack", "union")
+    assert sel.loc[res.selected, "gain_low"] > 0 and sel.loc[res.selected, "evidence"]
+    singles = res.candidates[res.candidates["kind"] == "single"]
+    assert res.selected_row["test_score"] > singles["test_score"].max() + 0.05
+    # the other combinations were scored against the kept single candidate on the same resamples
+    kept = sel.index[sel["kept"]][0]
+    assert sel.loc[kept, "kind"] == "single" and kept.startswith(("A/", "B/"))
+
+
+def test_noise_encoders_never_accept_a_combination():
+    """(c) Three noise encoders: no combination is selected in any partition."""
+    rng = np.random.default_rng(4)
+    groups = np.repeat(np.arange(90), 2)
+    y = np.repeat(rng.integers(0, 2, size=90), 2)
+    emb = {f"noise{i}": rng.normal(size=(180, 10)) for i in range(3)}
+    res = representation_risk(emb, y, groups=groups, n_partitions=4, **FAST)
+    for p in res.partitions:
+        assert p.selection.set_index("candidate").loc[p.selected, "kind"] == "single"
+        assert not p.selection.loc[p.selection["kind"] != "single", "evidence"].any()
+    counts = res.selection_counts.set_index("encoder")["count"]
+    assert counts[[k for k in ("average", "greedy", "stack", "union") if k in counts.index]].sum() == 0
+
+
+def test_the_stack_never_sees_validation_rows():
+    """(d) Poisoning the validation labels leaves the stack's fit, and so its predictions, unchanged."""
+    emb, y, groups = _complementary(task="regression")
+    first = evaluate_partition(emb, y, groups=groups, **FAST)
+    parts = (first.train_idx, first.val_idx, first.test_idx)
+    poisoned = y.copy()
+    poisoned[first.val_idx] = np.random.default_rng(5).permutation(y[first.val_idx]) * 3 - 50
+    again = evaluate_partition(emb, poisoned, groups=groups, partition=parts, **FAST)
+    np.testing.assert_array_equal(again.predictions["stack/linear"], first.predictions["stack/linear"])
+    # fit_stack itself: its coefficients come from the out-of-fold predictions it is given, nothing else
+    oof = {"A": y[:50] * 0.5, "B": y[:50] * 0.5 + 1.0}
+    stack = fit_stack(oof, y[:50], "regression")
+    np.testing.assert_allclose(stack.coef, [-1.0, 1.0, 1.0], atol=1e-6)
+
+
+def test_refit_on_train_and_validation_ignores_the_test_partition():
+    """(e) The refitted model: the test partition's labels and features cannot change it."""
+    emb, y, groups = _complementary(task="regression")
+    first = evaluate_partition(emb, y, groups=groups, **FAST)
+    parts = (first.train_idx, first.val_idx, first.test_idx)
+    fit_rows = np.sort(np.concatenate(parts[:2]))
+    poisoned = y.copy()
+    poisoned[first.test_idx] = -y[first.test_idx]
+    changed = {k: v.copy() for k, v in emb.items()}
+    for v in changed.values():
+        v[first.test_idx] = np.random.default_rng(6).normal(size=(first.test_idx.size, v.shape[1]))
+    again = evaluate_partition(changed, poisoned, groups=groups, partition=parts, **FAST)
+    assert again.selected == first.selected
+    np.testing.assert_allclose(again.refit_prediction[fit_rows], first.refit_prediction[fit_rows], atol=1e-9)
+    refit = first.refit.set_index("fit")
+    assert refit.loc["train", "n_fit"] == first.train_idx.size
+    assert refit.loc["train+validation", "n_fit"] == fit_rows.size
+    assert refit.loc["train", "test_score"] == first.selected_row["test_score"]
+    # the refit differs from the train-only fit (it saw more rows), and the test labels were read only after
+    assert not np.allclose(first.refit_prediction, first.predictions[first.selected])
+
+
+def test_refit_prediction_of_every_kind_uses_only_its_rows():
+    emb, y, groups = _complementary(task="regression", n_patients=80)
+    res = evaluate_partition(emb, y, groups=groups, **FAST)
+    rows = np.sort(np.concatenate([res.train_idx, res.val_idx]))
+    recipe_single = {"kind": "single", "members": ["A"], "head": "linear", "param": 10.0}
+    pred = refit_prediction(recipe_single, emb, y, rows, "regression", n_components=8, seed=0)
+    changed = y.copy()
+    changed[res.test_idx] += 100.0
+    np.testing.assert_allclose(refit_prediction(recipe_single, emb, changed, rows, "regression", n_components=8,
+                                                seed=0), pred)
+    union = {"kind": "union", "members": ["A", "B"], "head": "linear", "param": 1.0}
+    avg = {"kind": "average", "members": ["A", "B"], "head": "linear", "base_params": {"A": 1.0, "B": 1.0}}
+    both = [refit_prediction(r, emb, y, rows, "regression", n_components=8, seed=0) for r in (union, avg)]
+    assert np.corrcoef(both[0][rows], y[rows])[0, 1] > np.corrcoef(both[1][rows], y[rows])[0, 1] - 0.01
+
+
+# --------------------------------------------------------------------------- what is reported
+
+
+def test_dropped_resamples_and_unfitted_candidates_are_reported():
+    rng = np.random.default_rng(7)
+    groups = np.repeat(np.arange(40), 2)
+    y = np.repeat(np.tile([0, 1], 20), 2)
+    emb = {"A": _latent_embedding(np.where(y == 1, 1.0, -1.0), rng, strength=1.0)}
+    res = evaluate_partition(emb, y, groups=groups, fractions=(0.6, 0.2, 0.2), **FAST)
+    dropped = res.dropped.set_index("part")
+    assert dropped.loc["validation", "n_dropped"] == res.candidates["val_undefined"].max() > 0
+    assert dropped.loc["validation", "share"] == pytest.approx(dropped.loc["validation", "n_dropped"] / 300)
+    reasons = res.not_fitted.set_index("candidate")["reason"]
+    assert set(reasons.index) == {"average", "greedy", "stack", "union"}
+    assert reasons["stack"] == "a combination needs at least 2 encoders, got 1"
+    # a training partition with one patient of class 1: no inner folds, so no out-of-fold predictions to stack
+    two = {"A": emb["A"], "B": rng.normal(size=emb["A"].shape)}
+    patient_class = y[::2]
+    train = np.flatnonzero(np.isin(groups, np.r_[np.flatnonzero(patient_class == 0)[:12], 1]))
+    rest = np.setdiff1d(np.arange(y.size), train)
+    val, test = rest[np.isin(groups[rest] % 4, (0, 1))], rest[np.isin(groups[rest] % 4, (2, 3))]
+    few = evaluate_partition(two, y, groups=groups, partition=(train, val, test), **FAST)
+    assert few.not_fitted.set_index("candidate").loc["stack", "reason"] == (
+        "no inner folds (too few training patients per class): no out-of-fold predictions to stack")
+
+
+def test_metric_panel_of_both_fits_and_the_loss_option():
+    emb, y, groups = _complementary(task="regression", n_patients=80)
+    res = evaluate_partition(emb, y, groups=groups, loss="mae", **FAST)
+    assert res.loss == "mae"
+    assert set(res.metrics["fit"]) == {"train", "train+validation"}
+    panel = res.metrics[res.metrics["fit"] == "train"].set_index("metric")
+    assert list(panel.index) == ["r2", "mse", "mae", "correlation", "calibration_slope"]
+    assert panel.loc["r2", "value"] == pytest.approx(res.selected_row["test_score"])
+    mae = np.mean(np.abs(y[res.test_idx] - res.predictions[res.selected][res.test_idx]))
+    assert panel.loc["mae", "value"] == pytest.approx(mae)
+    assert res.selection["val_loss"].tolist() == pytest.approx(
+        [np.mean(np.abs(y[res.val_idx] - res.predictions[c][res.val_idx])) for c in res.selection["candidate"]])
+    with pytest.raises(InputError, match="loss 'log_loss' does not score a regression task; choose auto or mse, mae"):
+        evaluate_partition(emb, y, groups=groups, loss="log_loss", **FAST)
+    with pytest.raises(InputError, match="combinations must be a subset of average, greedy, stack, got"):
+        evaluate_partition(emb, y, groups=groups, combinations=["vote"], **FAST)
+
+
+# --------------------------------------------------------------------------- crs risk
+
+
+def _half_brightness_folder(root: Path) -> Path:
+    """Images whose left and right halves have independent brightness; the target is their sum."""
+    from PIL import Image
+
+    rng = np.random.default_rng(8)
+    (root / "img").mkdir(parents=True)
+    rows = []
+    for p in range(60):
+        for j in range(2):
+            left, right = rng.uniform(30, 220, size=2)
+            pixels = np.empty((32, 32))
+            pixels[:, :16] = left
+            pixels[:, 16:] = right
+            pixels = np.clip(pixels + rng.normal(0, 3, size=(32, 32)), 0, 255).astype(np.uint8)
+            Image.fromarray(pixels).save(root / f"img/p{p:02d}_{j}.png")
+            rows.append({"image_id": f"p{p:02d}_{j}", "path": f"img/p{p:02d}_{j}.png", "patient_id": f"P{p:02d}",
+                         "brightness": round(float(left + right) / 10.0, 3)})
+    pd.DataFrame(rows).to_csv(root / "manifest.csv", index=False)
+    return root
+
+
+def _half_encoder(path: Path, half: str) -> str:
+    """An ONNX encoder that sees one half of the image only: four mean-pooled bands of it."""
+    import torch
+
+    class Half(torch.nn.Module):
+        def forward(self, x):
+            part = x[..., :16] if half == "left" else x[..., 16:]
+            return torch.stack([part[:, :, 8 * i:8 * (i + 1)].mean(dim=(1, 2, 3)) for i in range(4)], dim=1)
+
+    torch.onnx.export(Half().eval(), (torch.rand(1, 3, 32, 32),), str(path), input_names=["image"],
+                      output_names=["f"], dynamic_axes={"image": {0: "b"}}, dynamo=False)
+    return f"onnx:{path}?size=32"
+
+
+def test_crs_risk_selects_a_stack_that_beats_each_encoder_by_a_clear_margin(tmp_path, capsys):
+    """Each ONNX encoder sees one half of the image; the target is the sum of both halves' brightness.
+
+    A linear stack of the two encoders' predictions recovers it (R^2 near 1) while each alone explains about
+    half. The feature union, linear in the same features, fits it as well and wins by a hair on validation;
+    so the first run checks that a combination is selected, and the second, without the union, that
+    ``crs risk`` selects the stack and its report shows why.
+    """
+    from crslib.cli import main
+
+    data = _half_brightness_folder(tmp_path / "data")
+    models = ",".join(_half_encoder(tmp_path / f"{h}.onnx", h) for h in ("left", "right"))
+    base = ["risk", "--data", str(data), "--models", models, "--task", "brightness", "--partitions", "3",
+            "--resamples", "300", "--components", "4"]
+    assert main(base + ["--out", str(tmp_path / "with-union")]) == 0
+    saved = json.loads((tmp_path / "with-union" / "risk_brightness.json").read_text())
+    cands = {c["candidate"]: c for c in saved["primary"]["candidates"]}
+    singles = [c["test_score"] for c in cands.values() if c["kind"] == "single"]
+    assert cands[saved["primary"]["selected"]]["kind"] in ("stack", "union") and max(singles) < 0.7
+    assert cands["stack/linear"]["test_score"] > 0.95 and saved["settings"]["loss"] == "mse"
+    capsys.readouterr()
+
+    out = tmp_path / "risk"
+    status = main(base + ["--union-size", "0", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert captured.out.startswith("brightness (regression): selected stack/linear")
+    saved = json.loads((out / "risk_brightness.json").read_text())
+    assert saved["primary"]["selected"] == "stack/linear" and saved["settings"]["union_size"] == 0
+    html = (out / "risk.html").read_text()
+    assert "stack/linear" in html and "lower bound &gt; 0, selected" in html
+    selection = pd.read_csv(out / "selection_table_brightness.csv")
+    assert selection.loc[selection["chosen"], "candidate"].tolist() == ["stack/linear"]
