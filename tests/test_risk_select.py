@@ -329,3 +329,31 @@ def test_crs_risk_selects_a_stack_that_beats_each_encoder_by_a_clear_margin(tmp_
     assert "stack/linear" in html and "lower bound &gt; 0, selected" in html
     selection = pd.read_csv(out / "selection_table_brightness.csv")
     assert selection.loc[selection["chosen"], "candidate"].tolist() == ["stack/linear"]
+
+
+def test_inner_folds_see_a_pca_fitted_on_their_own_fitting_rows_only():
+    """The inner-CV loss of the linear head equals a brute-force reference with one PCA per inner fold."""
+    from crslib.probes import _C_GRID, head_predict, linear_head
+    from crslib.risk import reduce_dimensions
+    from crslib.risk_multiclass import folds
+
+    rng = np.random.default_rng(9)
+    groups = np.repeat(np.arange(60), 2)
+    y = np.repeat(rng.integers(0, 2, size=60), 2)
+    X = _latent_embedding(np.where(y == 1, 0.6, -0.6), rng, d=20)
+    res = evaluate_partition({"A": X}, y, groups=groups, heads=["linear"], union_size=0, combinations=(),
+                             random_state=3, **FAST)
+    tr = res.train_idx
+    seed_cv, seed_model = (int(s) for s in np.random.SeedSequence(3).generate_state(4)[:2])
+    inner = folds(y[tr], groups[tr], "classification", 3, seed_cv)
+    losses = []
+    for C in _C_GRID:
+        oof = np.zeros(tr.size)
+        for fit, val in inner:
+            Z = reduce_dimensions(X[tr], fit, n_components=8, random_state=seed_model)[0]
+            oof[val] = head_predict(linear_head("classification", C).fit(Z[fit], y[tr][fit]), "classification",
+                                    Z[val])
+        losses.append(float(np.mean(row_losses("classification", y[tr], oof, "log_loss"))))
+    row = res.candidates.set_index("candidate").loc["A/linear"]
+    assert row["inner_loss"] == pytest.approx(min(losses), rel=1e-9)
+    assert row["param"] == f"C={_C_GRID[int(np.argmin(losses))]:g}"
