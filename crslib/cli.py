@@ -262,7 +262,7 @@ def _cmd_risk(args: argparse.Namespace) -> int:
         print(f"{task} ({result.task}): selected {result.primary.selected}, test {result.metric} "
               f"{result.primary.selected_row['test_score']:.3f}; over {len(scores)} partitions "
               f"{scores.min():.3f}-{scores.max():.3f}; selected most often: "
-              f"{result.selection_counts.sort_values('count').iloc[-1]['encoder']}")
+              f"{result.stability()['selected most often']}")
     atomic_write_text(out / "stability.csv", stability_table(outcomes).to_csv())
     atomic_write_text(out / "risk.html", render_risk_html(outcomes))
     print(f"report: {out / 'risk.html'}")

@@ -35,6 +35,10 @@ LOOKAGAIN_FACTS: dict[str, Any] = {
     "n_bootstrap": 2000,
     "cka": "linear CKA on 400 training samples",
     "feature_union": "only through nested validation selection",
+    "n_partitions": 12,
+    "selection": "lowest validation loss: log loss (classification), MSE or MAE (regression)",
+    "refit": "the locked choice refitted on train + validation before the test",
+    "combinations": "average, greedy average and linear stack of the encoders' predictions",
 }
 
 
@@ -218,7 +222,8 @@ class RiskResult:
         and the test score's ``mean``, ``sd``, ``min``, ``max`` over
         partitions, ``n_partitions`` and ``times_selected``.
     selection_counts : DataFrame
-        ``encoder`` (each encoder, then ``"union"``), ``count`` (partitions
+        ``encoder`` (each encoder, then each kind of combination that was
+        built: ``"average"``, ``"greedy"``, ``"stack"``, ``"union"``), ``count`` (partitions
         in which a candidate of it was selected) and ``share``.
     rank_stability : DataFrame
         Per encoder, scored in each partition by its validation-best head:
@@ -303,7 +308,8 @@ class RiskResult:
         Returns
         -------
         dict
-            ``selected most often`` (encoder, or ``"union"``), ``distinct
+            ``selected most often`` (the encoder or kind of combination; ties
+            joined by " / " in the order of :attr:`selection_counts`), ``distinct
             encoders selected``, the selected candidate's ``test score mean``,
             ``test score SD`` and ``test score range`` over the partitions, the
             ``rank correlation between partitions`` (validation, test; see
@@ -312,8 +318,9 @@ class RiskResult:
             greedy average or a stack).
         """
         scores = self.selected_test_scores
+        counts = self.selection_counts
         return {
-            "selected most often": self.selection_counts.sort_values("count").iloc[-1]["encoder"],
+            "selected most often": " / ".join(counts.loc[counts["count"] == counts["count"].max(), "encoder"]),
             "distinct encoders selected": int((self.selection_counts["count"] > 0).sum()),
             "test score mean": scores.mean(),
             "test score SD": scores.std(ddof=1),

@@ -223,6 +223,8 @@ def _why(r: Any, loss: str, kept: str, best_single: str, selected: str) -> str:
             text = (f"lowest validation {loss} of the single encoders" if r.candidate == best_single else
                     f"within the bootstrap noise of {best_single} ({loss} gap {gap}) and simpler, so preferred")
             return text + ("" if r.candidate == selected else f"; replaced by {selected}")
+        if r.candidate == best_single:
+            return f"lowest validation {loss} of the single encoders, but {kept} is within its noise and simpler"
         if r.within_noise:
             return f"within the noise of {best_single} ({loss} gap {gap}); {kept} is simpler or lower"
         return f"validation {loss} higher than {best_single}'s by {gap}"

@@ -10,6 +10,7 @@ skipped, with the sentence saying why.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -65,6 +66,34 @@ def test_chapter06_runs_the_usable_tasks_including_a_multiclass_one_and_skips_th
     source = json.loads((results / "risk_source.json").read_text(encoding="utf-8"))
     assert source["task_type"] == "multiclass" and len(source["settings"]["classes"]) == 16
     assert "(multiclass, 16 classes:" in text
+    # the selection, refit and dropped sections are written from the tables the run saved
+    import pandas as pd
+
+    selected = html.escape(risk["primary"]["selected"])  # encoder names are user text: shown escaped
+    assert f"**<code>label</code>**: selected <code>{selected}</code>" in text
+    table = pd.read_csv(results / "selection_table_label.csv")
+    combos = table[table["kind"] != "single"]
+    assert f"{int(combos['evidence'].sum())} of {len(combos)} combinations have evidence" in text
+    refit = pd.read_csv(results / "refit_label.csv").set_index("fit")
+    for fit, words in (("train", "fitted on train"), ("train+validation", "refitted on train + validation")):
+        r = refit.loc[fit]
+        assert (f"AUROC {r['test_score']:.3f} [{r['test_low']:.3f}, {r['test_high']:.3f}] {words} "
+                f"({int(r['n_fit']):,} images)") in text
+    dropped = pd.read_csv(results / "dropped_label.csv")
+    if not dropped["n_dropped"].any() and not (dropped["part"] == "fit").any():
+        assert "**<code>label</code>**, in the one partition: nothing was dropped." in text
+    else:
+        assert "**<code>label</code>**, in the one partition: nothing was dropped." not in text
+
+
+@pytest.mark.slow
+def test_chapter06_skips_a_task_its_regression_loss_cannot_score(repo_root: Path, tmp_path: Path) -> None:
+    data = write_labelled(tmp_path / "labelled")
+    skips, results, _ = _run(repo_root, tmp_path, "06", data=str(data), encoders=",".join(TWO_MODELS),
+                             tasks="label", loss="mae", n_partitions=1, n_resamples=50, n_components=16)
+    assert skips == [{"analysis": "the label task",
+                      "reason": "loss 'mae' does not score a classification task; choose auto or log_loss"}]
+    assert not list(results.glob("*.csv"))
 
 
 @pytest.mark.slow

@@ -87,6 +87,8 @@ def test_within_noise_the_simpler_head_is_kept_and_the_reason_says_so():
     assert rows.loc["a/knn", "val_loss"] < rows.loc["a/linear", "val_loss"]
     assert selected == "a/linear" and rows.loc["a/linear", "within_noise"]
     assert "within the bootstrap noise of a/knn" in rows.loc["a/linear", "why"]
+    assert rows.loc["a/knn", "why"] == (
+        "lowest validation log_loss of the single encoders, but a/linear is within its noise and simpler")
     # a clear gap: the lower loss wins although its head is not the simpler one
     losses["a/linear"] = base + 0.5
     assert select_candidate(_table(list(losses), ["single", "single"], heads=["knn", "linear"]), losses, counts,
