@@ -876,3 +876,58 @@ def test_leakage_effect_refuses_bad_input():
         leakage_effect(X, np.arange(len(y)) % 3, split, groups=groups, drop={"leaked": leaked})
     with pytest.raises(InputError, match="only rows of the 'test' split"):
         leakage_effect(X, y, split, groups=groups, drop={"pool rows": split != "test"})
+
+
+# --------------------------------------------------------------------------- shortcut contracts
+
+
+def test_permutation_note_at_its_boundaries():
+    """A note for 1 to 19 permutations, none for 0 (no test ran) or 20 and more."""
+    assert S.permutation_note(1) == ("with 1 permutations the smallest possible p is 0.500: too few to decide; "
+                                     "use at least 20")
+    assert S.permutation_note(19).startswith("with 19 permutations the smallest possible p is 0.050")
+    assert S.permutation_note(0) == S.permutation_note(20) == S.permutation_note(-3) == ""
+
+
+def test_shortcut_result_to_dict_names_every_field_and_rounds_to_four_digits():
+    table = pd.DataFrame({"scope": ["pool", "test"], "balanced_accuracy": [0.123456789, 0.5]})
+    importances = pd.DataFrame({"feature": [f"f{i}" for i in range(25)], "importance_mean": np.linspace(1, 0, 25)})
+    result = S.ShortcutAuditResult(table=table, importances=importances, classes=[0, 1],
+                                   pool_predictions=np.zeros(2), test_predictions=np.zeros(2), folds=np.zeros(2),
+                                   model="forest", n_splits=4, n_repeats=3, confidence=0.9, n_permutations=7)
+    out = result.to_dict()
+    assert out == {
+        "model": "forest", "n_splits": 4, "n_repeats": 3, "n_permutations": 7,
+        "permutation_note": S.permutation_note(7), "confidence": 0.9, "classes": ["0", "1"],
+        "table": [{"scope": "pool", "balanced_accuracy": 0.1235}, {"scope": "test", "balanced_accuracy": 0.5}],
+        "importances": [{"feature": f"f{i}", "importance_mean": round(float(v), 4)}
+                        for i, v in enumerate(np.linspace(1, 0, 25)[:20])],
+    }
+    assert len(result.to_dict(top=3)["importances"]) == 3
+
+
+def test_property_matrix_option_checks_and_the_category_cap():
+    with pytest.raises(InputError, match=re.escape(
+            "properties must be a DataFrame (see crslib.data.file_properties), got list")):
+        S.property_matrix([1, 2])
+    props = pd.DataFrame({"format": ["PNG", "JPEG", "PNG", "TIFF"]})
+    for bad in (0, -1, True, 2.0, "3"):
+        with pytest.raises(InputError, match=re.escape(f"max_categories must be an integer >= 1, got {bad!r}")):
+            S.property_matrix(props, max_categories=bad)
+    one = S.property_matrix(props, max_categories=1)  # the most frequent value, then the rest together
+    assert list(one.features.columns) == ["format=PNG", "format=<other>"]
+    # the default keeps 50 values of a text column; the 51st and beyond share <other>
+    values = [f"v{i:02d}" for i in range(51) for _ in range(51 - i)]
+    wide = S.property_matrix(pd.DataFrame({"maker": values}))
+    assert len(wide.features.columns) == 51 and wide.features.columns[-1] == "maker=<other>"
+    assert wide.features["maker=<other>"].sum() == 1  # v50 appears once
+    assert set(wide.feature_groups.values()) == {"maker"}
+
+
+def test_property_matrix_bool_column_with_missing_values_keeps_its_group():
+    props = pd.DataFrame({"has_exif": pd.Series([True, None, False, True], dtype=object),
+                          "size": [1.0, 2.0, 3.0, 4.0]})
+    pm = S.property_matrix(props)
+    assert pm.features["has_exif"].tolist() == [1.0, -1.0, 0.0, 1.0]
+    assert pm.features["has_exif_missing"].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert pm.feature_groups == {"has_exif": "has_exif", "has_exif_missing": "has_exif", "size": "size"}
