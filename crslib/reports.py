@@ -432,7 +432,7 @@ def _risk_section(task: str, result: RiskResult) -> str:
         f"validation {primary.loss}": [_interval(*r) for r in sel[["val_loss", "val_loss_low", "val_loss_high"]]
                                        .to_numpy()],
         "gap to best single": [_interval(*r) for r in sel[["gap", "gap_low", "gap_high"]].to_numpy()],
-        "gain over kept single": ["" if np.isnan(lo) else f"[{lo:.4f}, {hi:.4f}]"
+        "gain over best single": ["" if np.isnan(lo) else f"[{lo:.4f}, {hi:.4f}]"
                                   for lo, hi in sel[["gain_low", "gain_high"]].to_numpy()],
         "chosen": sel["chosen"], "why": sel["why"],
     })

@@ -415,7 +415,8 @@ def refit_prediction(recipe: dict[str, Any], X: dict[str, np.ndarray], y: np.nda
 def _union_summary(selection: pd.DataFrame, selected: str, union_size: int, n_encoders: int) -> dict[str, Any]:
     """The feature-union decision as the results have always reported it, now read off the selection table."""
     rows = selection[selection["kind"] == UNION]
-    kept = str(selection.loc[selection["kept"], "candidate"].iloc[0])
+    singles = selection[selection["kind"] == "single"]
+    kept = str(singles.sort_values(["val_loss", "candidate"])["candidate"].iloc[0])  # the lowest-loss single
     if rows.empty:
         reason = ("union_size is 0" if union_size == 0 else
                   f"only {n_encoders} encoder(s): a feature union needs at least 2")

@@ -86,8 +86,8 @@ class PartitionResult:
         The selected candidate (chosen on validation only).
     union : dict
         The feature-union decision: ``evaluated``, ``members``,
-        ``candidate``, ``best_single`` (the single candidate the tie rule
-        keeps), ``gain`` (its validation loss minus the union's), ``low``,
+        ``candidate``, ``best_single`` (the single candidate with the lowest
+        validation loss), ``gain`` (its validation loss minus the union's), ``low``,
         ``high`` (paired, patient-grouped bootstrap interval of that gain),
         ``chosen`` and ``reason``.
     comparisons : DataFrame

@@ -25,8 +25,8 @@ MAE for regression) with a stated tie rule:
    kNN before MLP), then the lower loss, then the name, so the order in
    which encoders are listed never decides.
 2. A combination (average, greedy, stack, feature union) replaces that
-   single candidate only when its paired validation gain has a lower
-   confidence bound above 0. This guard is crslib's own rule (not the
+   single candidate only when its paired validation gain over the single
+   candidate with the lowest loss has a lower confidence bound above 0. This guard is crslib's own rule (not the
    study software's): a union chosen on validation can collapse on test.
    Of several combinations with evidence, the simplest within noise of the
    best is taken (fewer encoders; average, greedy, stack, union).
@@ -178,8 +178,8 @@ def select_candidate(candidates: pd.DataFrame, val_row_losses: dict[str, np.ndar
         ``val_loss``, ``val_loss_low``, ``val_loss_high``, ``gap`` (loss minus
         the lowest single-encoder loss) with ``gap_low`` / ``gap_high``,
         ``within_noise`` (its gap's interval reaches 0), ``gain_low`` /
-        ``gain_high`` (combinations: paired gain over the kept single
-        candidate), ``evidence`` (that gain's lower bound is above 0),
+        ``gain_high`` (combinations: paired gain over the single candidate
+        with the lowest loss), ``evidence`` (that gain's lower bound is above 0),
         ``kept`` (the single candidate the tie rule keeps), ``chosen`` and
         ``why``.
     """
@@ -203,7 +203,8 @@ def select_candidate(candidates: pd.DataFrame, val_row_losses: dict[str, np.ndar
 
     gain = {}
     for c in table.loc[table["kind"] != "single", "candidate"]:
-        g_low, g_high, _ = stats.percentile_interval(L[kept] - L[c], confidence)
+        # against the lowest-loss single candidate, not the simpler one kept: the stricter comparison
+        g_low, g_high, _ = stats.percentile_interval(L[best_single] - L[c], confidence)
         gain[c] = (float(g_low), float(g_high))
     table["gain_low"] = [gain.get(c, (np.nan, np.nan))[0] for c in table["candidate"]]
     table["gain_high"] = [gain.get(c, (np.nan, np.nan))[1] for c in table["candidate"]]
@@ -228,7 +229,7 @@ def _why(r: Any, loss: str, kept: str, best_single: str, selected: str) -> str:
         if r.within_noise:
             return f"within the noise of {best_single} ({loss} gap {gap}); {kept} is simpler or lower"
         return f"validation {loss} higher than {best_single}'s by {gap}"
-    evidence = f"gain over {kept} {r.gain_low:+.4f} to {r.gain_high:+.4f}"
+    evidence = f"gain over {best_single} {r.gain_low:+.4f} to {r.gain_high:+.4f}"
     if r.candidate == selected:
         return f"{evidence}: lower bound > 0, selected"
     if r.evidence:

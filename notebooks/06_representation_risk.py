@@ -41,7 +41,7 @@
 #    and of those the simplest is kept (a single encoder before a
 #    combination, a linear head before kNN before the MLP);
 # 4. accept a combination only with **evidence**: its paired,
-#    patient-grouped bootstrap gain over the kept single encoder on
+#    patient-grouped bootstrap gain over the best single encoder on
 #    validation must have a lower confidence bound above 0. This guard is
 #    crslib's own: the study's software selects the lowest validation loss,
 #    and the study reports that repeated partitions revealed an unstable
@@ -218,8 +218,8 @@ if task_list:
 # 95 % patient-grouped bootstrap interval; its gap to the best single
 # encoder, paired on the same resamples (an interval that reaches 0 means
 # *within noise*, a tie that goes to the simpler candidate); for a
-# combination, its paired gain over the single candidate the tie rule
-# keeps, which must have a lower bound above 0 (the evidence rule); and
+# combination, its paired gain over the single encoder with the lowest
+# loss, which must have a lower bound above 0 (the evidence rule); and
 # why it was or was not chosen.
 
 # %% tags=["hide-input"]
