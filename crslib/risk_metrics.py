@@ -296,15 +296,13 @@ def metric_panel(task: str, y: np.ndarray, pred: np.ndarray, groups: np.ndarray 
     A perfect classifier with confident probabilities 0.1 and 0.9:
 
     >>> y = np.array([0, 1] * 10)
-    >>> metric_panel("classification", y, 0.1 + 0.8 * y, np.arange(20), n_resamples=200).round(4)
-                  metric   value     low    high  n_undefined
-    0           accuracy  1.0000  1.0000  1.0000            0
-    1  balanced_accuracy  1.0000  1.0000  1.0000            0
-    2           macro_f1  1.0000  1.0000  1.0000            0
-    3           log_loss  0.1054  0.1054  0.1054            0
-    4                ece  0.1000  0.1000  0.1000            0
-    5              brier  0.0100  0.0100  0.0100            0
-    6              auroc  1.0000  1.0000  1.0000            0
+    >>> panel = metric_panel("classification", y, 0.1 + 0.8 * y, np.arange(20), n_resamples=200)
+    >>> panel["metric"].tolist()
+    ['accuracy', 'balanced_accuracy', 'macro_f1', 'log_loss', 'ece', 'brier', 'auroc']
+    >>> panel["value"].round(4).tolist(), panel["n_undefined"].tolist()
+    ([1.0, 1.0, 1.0, 0.1054, 0.1, 0.01, 1.0], [0, 0, 0, 0, 0, 0, 0])
+    >>> bool((panel["low"] == panel["value"]).all() and (panel["high"] == panel["value"]).all())
+    True
     """
     y_arr, pred_arr = _check_inputs(task, y, pred)
     n = y_arr.shape[0]

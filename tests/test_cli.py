@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,9 +13,9 @@ from PIL import Image
 SUBCOMMANDS = ["phantom", "embed", "zoo", "compare", "audit", "risk", "checklist", "book"]
 
 
-def crs(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+def crs(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "crslib", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=600)
+                          cwd=cwd, timeout=600, env=None if env is None else {**os.environ, **env})
 
 
 def test_help_lists_every_subcommand() -> None:
@@ -67,10 +68,11 @@ def test_phantom_then_embed_then_cache_hit(tmp_path: Path) -> None:
     assert made.returncode == 0, made.stderr
     assert (out / "manifest.csv").is_file()
     spec = "timm:resnet18?size=32"
-    first = crs("embed", "--data", str(out), "--model", spec, "--out", str(tmp_path / "X.npy"))
+    own_cache = {"CRS_CACHE_DIR": str(tmp_path / "cache")}  # an earlier run's cache must not answer the first call
+    first = crs("embed", "--data", str(out), "--model", spec, "--out", str(tmp_path / "X.npy"), env=own_cache)
     assert first.returncode == 0, first.stderr
     assert "computed" in first.stdout
-    second = crs("embed", "--data", str(out), "--model", spec)
+    second = crs("embed", "--data", str(out), "--model", spec, env=own_cache)
     assert second.returncode == 0, second.stderr
     assert "cache hit" in second.stdout
     import numpy as np
@@ -203,13 +205,16 @@ def test_risk_on_a_phantom_folder_selects_on_validation_and_reports(tmp_path: Pa
     candidates = pd.read_csv(tmp_path / "risk" / "candidates_label.csv")
     assert candidates["selected"].sum() == 1
     chosen = candidates[candidates["selected"]].iloc[0]
-    singles = candidates[candidates["encoder"] != "union"]
-    # the best single candidate on validation, unless the union's validation gain was clearly positive
-    assert chosen["val_score"] == singles["val_score"].max() or chosen["encoder"] == "union"
+    selection = pd.read_csv(tmp_path / "risk" / "selection_table_label.csv").set_index("candidate")
+    assert selection["chosen"].sum() == 1 and selection.loc[chosen["candidate"], "chosen"]
+    # a single candidate within the noise of the lowest validation loss, or a combination with evidence
+    row = selection.loc[chosen["candidate"]]
+    assert (row["kind"] == "single" and row["gap_low"] <= 0) or (row["kind"] != "single" and row["gain_low"] > 0)
     assert (tmp_path / "risk" / "risk.html").read_text().startswith("<!DOCTYPE html>")
     # the tables RiskResult.save writes (as notebook 06 does), and the stability of both tasks
     for task in ("label", "age"):
-        for stem in ("risk", "candidates", "comparisons", "partitions", "spread", "selection", "stability"):
+        for stem in ("risk", "candidates", "comparisons", "partitions", "spread", "selection", "stability",
+                     "selection_table", "refit", "metrics", "dropped"):
             assert (tmp_path / "risk" / f"{stem}_{task}.{'json' if stem == 'risk' else 'csv'}").is_file()
     stability = pd.read_csv(tmp_path / "risk" / "stability.csv", index_col=0)
     assert list(stability.index) == ["label", "age"]
