@@ -301,7 +301,7 @@ def metric_panel(task: str, y: np.ndarray, pred: np.ndarray, groups: np.ndarray 
     ['accuracy', 'balanced_accuracy', 'macro_f1', 'log_loss', 'ece', 'brier', 'auroc']
     >>> panel["value"].round(4).tolist(), panel["n_undefined"].tolist()
     ([1.0, 1.0, 1.0, 0.1054, 0.1, 0.01, 1.0], [0, 0, 0, 0, 0, 0, 0])
-    >>> bool((panel["low"] == panel["value"]).all() and (panel["high"] == panel["value"]).all())
+    >>> bool(np.allclose(panel["low"], panel["value"]) and np.allclose(panel["high"], panel["value"]))
     True
     """
     y_arr, pred_arr = _check_inputs(task, y, pred)
