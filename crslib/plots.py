@@ -54,6 +54,10 @@ COLUMN_LABELS: dict[str, str] = {
     "n_images": "images", "paper_value": "paper", "p_value": "permutation p", "auc": "AUC",
     "mean_jpeg_quality": "mean JPEG quality", "mean_kB": "mean size (kB)", "mean_width": "mean width (px)",
     "share_progressive": "progressive JPEG share", "share_rgb": "RGB share",
+    # the selection losses and the metric panel of study 3 (crslib.risk_metrics)
+    "log_loss": "log loss", "mse": "mean squared error", "mae": "mean absolute error", "r2": "R²",
+    "accuracy": "accuracy", "macro_f1": "macro F1", "ece": "ECE", "brier": "Brier score",
+    "correlation": "correlation", "calibration_slope": "calibration slope",
 }
 
 

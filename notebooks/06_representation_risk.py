@@ -172,15 +172,9 @@ if task_list:
         (results / "risk.html").write_text(render_risk_html(outcomes), encoding="utf-8")  # as `crs risk` writes it
 
 
-#: Names of the losses and of the study's metric panel as readers see them.
-LABELS = {"log_loss": "log loss", "mse": "mean squared error", "mae": "mean absolute error", "r2": "R²",
-          "accuracy": "accuracy", "macro_f1": "macro F1", "ece": "ECE", "brier": "Brier score",
-          "correlation": "correlation", "calibration_slope": "calibration slope"}
-
-
 def metric_name(name):
     """A metric as readers see it (e.g. macro_auroc -> macro AUROC, one-vs-rest)."""
-    return LABELS.get(name) or plots.COLUMN_LABELS.get(name, name)
+    return plots.COLUMN_LABELS.get(name, name)
 
 
 def describe(task):
