@@ -93,6 +93,9 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "risk_needs": ("risk",),
     "risk_scores": ("risk",),
     "risk_multiclass": ("risk",),
+    "risk_select": ("risk",),
+    "risk_inputs": ("risk",),
+    "risk_metrics": ("risk",),
     "_resample": ("stats",),
     "checklist_items": ("checklist",),
 }

@@ -1,0 +1,56 @@
+"""`make mutation` measures what it claims to: its three lists of modules and tests agree.
+
+The Makefile's MODULES (what the report covers), pyproject's ``only_mutate`` (what mutmut
+mutates) and its test selection (what a mutant runs) are kept by hand; a module missing from
+one of them, or a module's test file missing from the selection, silently drops out of the
+kill rate or makes its mutants look unreached.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+from conftest import OWN_TESTS
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _makefile_modules() -> list[str]:
+    match = re.search(r"^MODULES \?= (.+)$", (ROOT / "Makefile").read_text(), flags=re.MULTILINE)
+    assert match, "the Makefile no longer sets MODULES ?="
+    return match.group(1).split()
+
+
+def _mutmut() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]
+
+
+def test_the_report_covers_exactly_the_mutated_modules() -> None:
+    mutated = [Path(p).stem for p in _mutmut()["only_mutate"]]
+    assert sorted(_makefile_modules()) == sorted(mutated)
+    assert all((ROOT / "crslib" / f"{name}.py").is_file() for name in mutated)
+
+
+def test_each_module_s_own_test_files_are_in_the_selection() -> None:
+    selected = {Path(arg).name for arg in _mutmut()["pytest_add_cli_args_test_selection"]
+                if not arg.startswith("-")}
+    missing = {}
+    for module in _makefile_modules():
+        prefixes = tuple(f"test_{name}" for name in OWN_TESTS.get(module, (module,)))
+        own = {p.name for p in (ROOT / "tests").glob("test_*.py") if p.name.startswith(prefixes)}
+        assert own, f"{module}: no test file starts with {prefixes}"
+        if own - selected:
+            missing[module] = sorted(own - selected)
+    assert not missing, f"test files a mutant of these modules would not run: {missing}"
+
+
+def test_every_equivalent_mutant_names_a_mutated_module_and_says_why() -> None:
+    entries = tomllib.loads((ROOT / "tools" / "mutation_equivalent.toml").read_text())["equivalent"]
+    modules = set(_makefile_modules())
+    assert len(entries) > 100
+    for entry in entries:
+        assert set(entry) == {"function", "mutated", "why"}, entry
+        assert entry["function"].split(".")[1] in modules, entry["function"]
+        assert len(entry["why"]) > 20, entry
