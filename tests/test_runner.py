@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -77,6 +79,39 @@ def test_run_executes_with_parameters_into_new_run_folders(tmp_path: Path, noteb
     assert record["notebooks"][0]["parameters"]["value"] == 7
     assert record["notebooks"][0]["seconds"] > 0
     assert (Path(first.run_dir) / "config.yaml").is_file()
+
+
+@pytest.fixture()
+def umask_022():
+    previous = os.umask(0o022)
+    yield
+    os.umask(previous)
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o027, 0o640), (0o077, 0o600)])
+def test_atomic_writes_honour_the_umask_like_open_does(tmp_path, mask, mode) -> None:
+    from crslib._io import atomic_write_json
+
+    previous = os.umask(mask)
+    try:
+        path = atomic_write_json(tmp_path / "run.json", {"a": 1})
+        (tmp_path / "plain.txt").write_text("x")
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE(path.stat().st_mode) == mode == stat.S_IMODE((tmp_path / "plain.txt").stat().st_mode)
+    assert json.loads(path.read_text()) == {"a": 1} and not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.slow
+def test_a_run_folder_is_readable_by_group_and_others_under_umask_022(tmp_path, notebook_dir, umask_022) -> None:
+    record = run_notebooks(write_config(tmp_path, "parameters:\n  value: 2\n"), run_root=tmp_path / "runs",
+                           notebook_dir=notebook_dir)
+    run_dir = Path(record.run_dir)
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    assert {"run.json", "config.yaml", "out.txt"} <= {p.name for p in files}
+    unreadable = [f"{p.relative_to(run_dir)} {stat.filemode(p.stat().st_mode)}" for p in run_dir.rglob("*")
+                  if p.stat().st_mode & (0o055 if p.is_dir() else 0o044) != (0o055 if p.is_dir() else 0o044)]
+    assert not unreadable, unreadable
 
 
 @pytest.mark.slow
