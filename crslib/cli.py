@@ -299,6 +299,34 @@ def _cmd_claims(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_diff(args: argparse.Namespace) -> int:
+    from crslib._io import atomic_write_text
+    from crslib.diff import diff_runs
+    from crslib.reports import render_diff_html
+
+    diff = diff_runs(args.run_a, args.run_b)
+    out = Path(args.out)
+    atomic_write_text(out / "diff.json", diff.to_json())
+    atomic_write_text(out / "diff.html", render_diff_html(diff))
+    print(diff.summary())
+    for row in diff.flips.itertuples():
+        print(f"flipped: {row.id} ({row.chapter}): {row.verdict_a} -> {row.verdict_b}")
+    for table in diff.tables:
+        if table.status != "same":
+            counts = table.counts()
+            parts = [f"{n} {what}" for n, what in (
+                (counts["real"], "real"), (counts["within_interval"], "within intervals"),
+                (counts["no_interval"], "without interval"), (counts["text_changed"], "text"),
+                (len(table.rows_only_a), "rows only in A"), (len(table.rows_only_b), "rows only in B"),
+                (len(table.columns_only_a) + len(table.columns_only_b), "columns in one run only")) if n]
+            print(f"{table.status}: {table.table}" + (f" ({', '.join(parts)})" if parts else ""))
+    for item in diff.unreadable:
+        print(f"not compared (unreadable): {item}", file=sys.stderr)
+    print(f"report: {out / 'diff.html'}")
+    print(f"json: {out / 'diff.json'}")
+    return 1 if args.fail_on_flip and diff.flipped else 0
+
+
 def _cmd_book(args: argparse.Namespace) -> int:
     from crslib.runner import Progress, build_book
 
@@ -528,6 +556,23 @@ def _add_claims_command(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_cmd_claims)
 
 
+def _add_diff_command(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "diff",
+        help="what changed between two run folders: result tables and claim verdicts",
+        description="Compare two run folders (from `crs book`): every result table (results/**/*.csv, matched by "
+        "path; rows matched on the text columns) number by number, a change counted as real only where the "
+        "table has the runs' own intervals and the two intervals do not overlap; and every claim verdict of the "
+        "ledger that flipped. Writes diff.html and diff.json; exit 0, or 1 with --fail-on-flip when a verdict "
+        "flipped.",
+    )
+    p.add_argument("run_a", metavar="RUN_A", help="the earlier (reference) run folder")
+    p.add_argument("run_b", metavar="RUN_B", help="the later run folder")
+    p.add_argument("--out", default="crs-diff", metavar="DIR", help="report folder (default crs-diff)")
+    p.add_argument("--fail-on-flip", action="store_true", help="exit 1 when a claim verdict flipped")
+    p.set_defaults(func=_cmd_diff)
+
+
 def _add_book_command(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "book",
@@ -578,6 +623,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_risk_command(sub)
     _add_checklist_command(sub)
     _add_claims_command(sub)
+    _add_diff_command(sub)
     _add_book_command(sub)
     return parser
 

@@ -11,6 +11,8 @@ One home for every report: one stylesheet (:data:`CSS`), one page wrapper
   section per task;
 - :func:`render_report_html` for :class:`crslib.compare.CompareResult`
   (figures embedded as PNG data URIs).
+- :func:`render_diff_html` for :class:`crslib.diff.RunDiff` (``crs diff``: what
+  changed between two runs).
 
 Pages have inline CSS and no scripts or external assets. Every string a user
 provides (file names, column values, model specs, task names) is
@@ -37,9 +39,10 @@ from crslib.shortcut import ALPHA, MIN_PERMUTATIONS, ShortcutAuditResult, permut
 
 if TYPE_CHECKING:  # pragma: no cover - annotations only
     from crslib.compare import CompareResult
+    from crslib.diff import RunDiff, TableDiff
     from crslib.leakage import LeakageResult
 
-__all__ = ["CSS", "render_audit_html", "render_risk_html", "render_report_html"]
+__all__ = ["CSS", "render_audit_html", "render_risk_html", "render_report_html", "render_diff_html"]
 
 #: The one stylesheet of every report.
 CSS = """body{font-family:system-ui,sans-serif;max-width:62em;margin:2em auto;padding:0 1em;color:#222;line-height:1.45}
@@ -665,3 +668,90 @@ neighbourhood structures share by accident.</p>
 {images}
 {tables}
 {_strip_section(result)}""")
+
+
+# --------------------------------------------------------------------------- diff
+
+#: Rows shown per list in the diff page (changed numbers, rows only in one run); diff.json has more.
+DIFF_ROWS_SHOWN = 20
+_KIND_WORDS = {"changed": "numbers changed", "real": "real (intervals apart)",
+               "within_interval": "within the intervals", "no_interval": "no interval",
+               "text_changed": "text changed"}
+
+
+def _diff_table_section(table: TableDiff) -> str:
+    """One changed table of a :class:`crslib.diff.RunDiff`: columns, rows only in one run, changed numbers."""
+    parts = [f"<h3>{html.escape(table.table)}</h3>"]
+    for which, columns in (("A", table.columns_only_a), ("B", table.columns_only_b)):
+        if columns:
+            parts.append(f"<p>Columns only in run {which}: {html.escape(', '.join(columns))}.</p>")
+    if table.columns_retyped:
+        parts.append(f"<p>Columns numeric in one run and text in the other (not compared): "
+                     f"{html.escape(', '.join(table.columns_retyped))}.</p>")
+    for which, rows in (("A", table.rows_only_a), ("B", table.rows_only_b)):
+        if len(rows):
+            more = f" (first {DIFF_ROWS_SHOWN}; all in diff.json)" if len(rows) > DIFF_ROWS_SHOWN else ""
+            parts.append(f"<p>{len(rows)} rows only in run {which}{more}:</p>"
+                         + _html_table(rows.head(DIFF_ROWS_SHOWN)))
+    if len(table.cells):
+        parts.append("<p>Changed columns:</p>" + _html_table(table.by_column().rename(columns=_KIND_WORDS), digits=4))
+        cells = table.cells.assign(kind=table.cells["kind"].map(_KIND_WORDS)).head(DIFF_ROWS_SHOWN)
+        more = (f" (the first {DIFF_ROWS_SHOWN} of {len(table.cells)}, real changes first; diff.json lists up to "
+                "500)") if len(table.cells) > DIFF_ROWS_SHOWN else ""
+        parts.append(f"<p>Changed numbers{more}:</p>" + _html_table(cells, digits=4))
+    if len(table.text_cells):
+        shown = len(table.text_cells) > DIFF_ROWS_SHOWN
+        more = f" (the first {DIFF_ROWS_SHOWN} of {len(table.text_cells)})" if shown else ""
+        parts.append(f"<p>Changed text{more}:</p>" + _html_table(table.text_cells.head(DIFF_ROWS_SHOWN)))
+    return "\n".join(parts)
+
+
+def render_diff_html(diff: RunDiff) -> str:
+    """The *What changed* page of ``crs diff``: a summary sentence, flipped verdicts, then each changed table.
+
+    Parameters
+    ----------
+    diff : RunDiff
+        From :func:`crslib.diff.diff_runs`.
+
+    Returns
+    -------
+    str
+        A complete HTML document; run paths, table names, column names and
+        key values are escaped.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> from crslib.diff import RunDiff, compare_tables
+    >>> table = compare_tables(pd.DataFrame({"x": [1.0]}), pd.DataFrame({"x": [2.0]}), name="<b>.csv")
+    >>> page = render_diff_html(RunDiff("a", "b", (table,), pd.DataFrame()))
+    >>> "&lt;b&gt;.csv" in page and "<b>.csv" not in page
+    True
+    """
+    overview = pd.DataFrame([{"table": t.table, "status": t.status, "rows A": t.rows_a, "rows B": t.rows_b,
+                              **{_KIND_WORDS[k]: v for k, v in t.counts().items()}} for t in diff.tables])
+    if diff.flips.empty:
+        flips = "<p>No claim verdict flipped.</p>"
+    else:
+        flips = _html_table(diff.flips.rename(columns={"verdict_a": "verdict in A", "verdict_b": "verdict in B",
+                                                       "value_a": "value in A", "value_b": "value in B"}))
+    changed = [t for t in diff.tables if t.status == "changed"]
+    unreadable = "".join(f"<li>{html.escape(u)}</li>" for u in diff.unreadable)
+    body = f"""<h1>What changed between two runs</h1>
+<p class="reading">{html.escape(diff.summary())}</p>
+<p>Run A: <code>{html.escape(diff.run_a)}</code><br/>Run B: <code>{html.escape(diff.run_b)}</code></p>
+<p>A number counts as a <em>real</em> change only where its table carries the runs' own intervals and the two runs'
+intervals do not overlap; a change <em>within the intervals</em> is what the runs' own uncertainty allows; a change
+with <em>no interval</em> (counts, point estimates, coordinates) cannot be judged against noise here. Rows are matched
+on the tables' text columns (the first ones that tell rows apart); numbers equal within a relative 1e-9 count as
+unchanged.</p>
+<h2>Claim verdicts that flipped</h2>
+{flips}
+<h2>Result tables</h2>
+{_html_table(overview) if len(overview) else "<p>Neither run has a result table.</p>"}
+{"<p>Tables that could not be read (not compared):</p><ul>" + unreadable + "</ul>" if unreadable else ""}
+{"<h2>Changed tables</h2>" if changed else ""}
+{"".join(_diff_table_section(t) for t in changed)}"""
+    return _page(f"crs diff: {diff.run_a} vs {diff.run_b}", body)
+

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-SUBCOMMANDS = ["phantom", "embed", "zoo", "compare", "audit", "risk", "checklist", "book"]
+SUBCOMMANDS = ["phantom", "embed", "zoo", "compare", "audit", "risk", "checklist", "claims", "diff", "book"]
 
 
 def crs(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

@@ -36,7 +36,7 @@ def _lint(*paths: Path) -> subprocess.CompletedProcess:
 
 def test_the_workflows_pass_actionlint() -> None:
     files = sorted(WORKFLOWS.glob("*.yml"))
-    assert {p.name for p in files} >= {"book.yml", "test.yml"}
+    assert {p.name for p in files} >= {"book.yml", "test.yml", "weekly.yml"}
     result = _lint(*files)
     assert result.returncode == 0, result.stdout + result.stderr
 
@@ -109,3 +109,18 @@ def test_binder_installs_the_locked_versions_with_cpu_torch() -> None:
     assert pip[0] == "--extra-index-url https://download.pytorch.org/whl/cpu"
     assert "-r requirements.lock" in pip and "-e ." in pip
     assert "python=3.11" in environment["dependencies"]
+
+
+def test_the_weekly_rebuild_starts_from_an_empty_cache_and_fails_on_a_flipped_verdict() -> None:
+    weekly = yaml.safe_load((WORKFLOWS / "weekly.yml").read_text())
+    book = yaml.safe_load((WORKFLOWS / "book.yml").read_text())
+    assert weekly[True]["schedule"][0]["cron"].split()[-1] == "1"  # YAML reads the key `on` as True
+    steps = weekly["jobs"]["rebuild"]["steps"]
+    assert not any(step.get("uses", "").startswith("actions/cache") for step in steps)
+    runs = "\n".join(step.get("run", "") for step in steps)
+    assert "make book PRESET=default" in runs and "crs diff" in runs and "--fail-on-flip" in runs
+    published = next(step for step in book["jobs"]["build"]["steps"]
+                     if step.get("uses", "").startswith("actions/upload-artifact"))["with"]["name"]
+    assert f"--name {published}" in runs  # the artifact the book workflow publishes
+    report = steps[-1]
+    assert report["uses"].startswith("actions/upload-artifact") and report["if"] == "always()"
