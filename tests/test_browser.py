@@ -218,6 +218,7 @@ def test_every_page_loads_without_errors_with_images_and_working_links(site, bro
     for rel, (count, _) in notebooks.items():
         assert count >= 1, f"{rel} shows no figure in the browser"
     _assert_claims_shown(html_dir, notebooks, browser, base)
+    _assert_provenance_footers(notebooks)
 
 
 def _machine_paths(root: Path) -> tuple[str, ...]:
@@ -229,6 +230,24 @@ def _machine_paths(root: Path) -> tuple[str, ...]:
     repository = Path(__file__).resolve().parents[1]
     return tuple(dict.fromkeys(str(p) for p in (root.resolve() / "runs", root.resolve() / "_build",
                                                  repository / "runs", repository / "crslib")))
+
+
+_FOOTER = re.compile(r"Provenance\. Commit ([0-9a-f]{40}(?:\+dirty)?|not recorded \(not a git checkout\)), "
+                     r"run (\d{8}T\d{6}Z-\S+) \(preset \S+\)")
+
+
+def _assert_provenance_footers(notebooks: dict[str, tuple[int, str]]) -> None:
+    """Every chapter ends with its provenance footer, all naming one commit and one run; built from a
+    git checkout (as the tests' own build is), the full commit hash."""
+    from crslib.staging import git_commit
+
+    found = {rel: _FOOTER.search(text) for rel, (_, text) in notebooks.items()}
+    missing = [rel for rel, match in found.items() if match is None]
+    assert not missing, f"no provenance footer on {missing}"
+    commits = {match.group(1) for match in found.values()}
+    assert len(commits) == 1 and len({match.group(2) for match in found.values()}) == 1, commits
+    if git_commit() and not os.environ.get("CRS_BROWSER_BOOK"):
+        assert not commits.pop().startswith("not recorded")
 
 
 def _assert_claims_shown(html_dir: Path, notebooks: dict[str, tuple[int, str]], browser, base: str) -> None:
@@ -262,6 +281,32 @@ def test_the_book_on_real_images_loads_and_each_chapter_shows_a_figure_or_its_sk
         for rel, (count, text) in notebooks.items():
             assert count >= 1 or "Skipped:" in text, f"{rel} shows neither a figure nor what it skipped"
         _assert_claims_shown(html_dir, notebooks, browser, base)
+        _assert_provenance_footers(notebooks)
+
+
+@pytest.mark.slow
+def test_with_a_repository_url_the_study_pages_have_repository_issue_binder_and_colab_buttons(
+        book_under_test, browser, tmp_path) -> None:
+    from crslib.runner import build_html
+
+    url = "https://github.com/example/crs-companion"
+    root, _ = book_under_test
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy2(root / name, tmp_path / name)
+    shutil.copytree(root / "book", tmp_path / "book")  # the staged chapters of the built book, not rerun
+    html_dir = build_html(book_root=tmp_path, repository_url=url).parent
+    with _serve(html_dir) as base:
+        for chapter in ("02_agreement", "06_representation_risk"):
+            _open(browser, f"{base}book/generated/{chapter}.html")
+            links = browser.execute_script(
+                "return Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href'));")
+            assert url in links, f"{chapter}: no repository button"
+            assert any(link.startswith(f"{url}/issues") for link in links), f"{chapter}: no issue button"
+            assert any(link.startswith("https://mybinder.org/v2/gh/example/crs-companion/main")
+                       and f"notebooks/{chapter}.py" in link for link in links), f"{chapter}: no Binder button"
+            assert any(link.startswith("https://colab.research.google.com/github/example/crs-companion/blob/")
+                       and f"{chapter}.ipynb" in link for link in links), f"{chapter}: no Colab button"
+            assert _FOOTER.search(browser.execute_script("return document.body.textContent;").replace("\n", " "))
 
 
 @pytest.mark.parametrize("ci, outcome", [("", pytest.skip.Exception), ("true", pytest.fail.Exception)])
