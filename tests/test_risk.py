@@ -737,3 +737,97 @@ def test_task_need_checks_every_partition_it_will_draw():
         "`y` does not fill partition 3 of 20: the validation partition holds a constant target (1.0) with seed 2")
     assert task_need(y, groups=g, n_partitions=20, random_state=2).startswith(
         "`y` does not fill partition 1 of 20")
+
+
+# --------------------------------------------------------------------------- explicit partitions and scores
+
+
+def _check(partition, n=8, task="classification", y=None, g=None):
+    from crslib.risk_inputs import _check_partition
+
+    y = np.array([0, 1] * (n // 2)) if y is None else np.asarray(y)
+    g = np.arange(n) if g is None else np.asarray(g)
+    return _check_partition(partition, n, g, y, task)
+
+
+def test_an_explicit_partition_is_sorted_and_masks_become_indices():
+    train, val, test = _check(([3, 0, 1, 2], np.array([False] * 4 + [True, True] + [False] * 2), [7, 6]))
+    assert train.tolist() == [0, 1, 2, 3] and val.tolist() == [4, 5] and test.tolist() == [6, 7]
+    assert train.dtype == np.int64
+
+
+@pytest.mark.parametrize("partition, message", [
+    (5, r"^partition must be three arrays of row indices \(train, validation, test\)$"),
+    (([0, 1], [2, 3]), r"^partition must be three arrays of row indices \(train, validation, test\), got 2$"),
+    (([0, 1], [], [4, 5]), r"^the validation partition must be a non-empty 1-D array of row indices in \[0, 8\)$"),
+    (([0, 8], [2, 3], [4, 5]), r"^the train partition must be a non-empty 1-D array of row indices in \[0, 8\)$"),
+    (([0, 1], [2, 3], [4, -1]), r"^the test partition must be a non-empty 1-D array"),
+    (([0, 1], [2.0, 3.0], [4, 5]), r"^the validation partition must be a non-empty 1-D array"),
+    (([[0, 1]], [2, 3], [4, 5]), r"^the train partition must be a non-empty 1-D array"),
+])
+def test_a_malformed_explicit_partition_is_an_input_error(partition, message):
+    with pytest.raises(InputError, match=message):
+        _check(partition)
+
+
+def test_a_single_row_partition_is_well_formed_but_has_a_constant_target():
+    with pytest.raises(DataError, match=r"^the test partition holds a constant target"):
+        _check(([0, 1, 2, 3], [4, 5], [7]), task="regression")
+
+
+@pytest.mark.parametrize("groups, pair", [
+    ([0, 1, 2, 3, 0, 5, 6, 7], "train and the validation"),
+    ([0, 1, 2, 3, 4, 5, 4, 7], "validation and the test"),
+    ([7, 1, 2, 3, 4, 5, 6, 7], "train and the test"),
+])
+def test_a_patient_in_two_partitions_is_named(groups, pair):
+    with pytest.raises(InputError, match=rf"^1 patient\(s\) are in both the {pair} partition \(e\.g\. "
+                                         r"\['\d'\]\); partitions must be patient-disjoint$"):
+        _check(([0, 1, 2, 3], [4, 5], [6, 7]), g=groups)
+
+
+def test_the_shared_patients_example_lists_three():
+    groups = ["a", "b", "c", "d", "a", "b", "c", "d"]
+    with pytest.raises(InputError, match=r"^4 patient\(s\) are in both the train and the validation partition "
+                                         r"\(e\.g\. \['a', 'b', 'c'\]\)"):
+        _check(([0, 1, 2, 3], [4, 5, 6, 7], [0]), g=groups)
+
+
+@pytest.mark.parametrize("y, name", [([0, 0, 0, 0, 0, 1, 0, 1], "train"), ([0, 1, 0, 1, 1, 1, 0, 1], "validation"),
+                                     ([0, 1, 0, 1, 0, 1, 1, 1], "test")])
+def test_a_constant_target_in_a_partition_is_a_data_error(y, name):
+    with pytest.raises(DataError, match=rf"^the {name} partition holds a constant target; the metrics are undefined"):
+        _check(([0, 1, 2, 3], [4, 5], [6, 7]), y=y)
+
+
+def test_a_multiclass_partition_lacking_a_class_names_it():
+    y = [0, 1, 2, 0, 1, 2, 0, 1, 2]
+    with pytest.raises(DataError, match=r"^the test partition lacks class code\(s\) \[2\]; a multi-class task needs "
+                                        r"every class in every partition \(its macro AUROC is undefined otherwise\)$"):
+        _check(([0, 1, 2], [3, 4, 5], [6, 7]), n=9, y=y, task="multiclass")
+
+
+def test_primary_and_secondary_scores_are_the_studys_metrics():
+    from sklearn.metrics import balanced_accuracy_score, r2_score, roc_auc_score
+
+    from crslib.risk_scores import balanced_accuracy, partition_scores, primary_score
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 60)
+    p = np.clip(0.3 * y + 0.7 * rng.random(60), 0, 1)
+    assert primary_score("classification", y, p) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
+    yr = rng.normal(size=60)
+    pr = yr + rng.normal(scale=0.5, size=60)
+    assert primary_score("regression", yr, pr) == pytest.approx(r2_score(yr, pr), abs=1e-12)
+    ym = np.repeat([0, 1, 2], 20)
+    logits = rng.normal(size=(60, 3)) + np.eye(3)[ym]
+    proba = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+    assert primary_score("multiclass", ym, proba) == pytest.approx(
+        roc_auc_score(ym, proba, multi_class="ovr", average="macro"), abs=1e-12)
+    unbalanced = np.array([0] * 8 + [1] * 2)
+    guess = np.tile([0.9, 0.1], (10, 1))
+    guess[8] = [0.2, 0.8]
+    assert balanced_accuracy(unbalanced, guess) == pytest.approx(
+        balanced_accuracy_score(unbalanced, guess.argmax(axis=1))) == pytest.approx(0.75)
+    assert partition_scores("multiclass", ym, proba)[1] == pytest.approx(
+        balanced_accuracy_score(ym, proba.argmax(axis=1)))

@@ -179,3 +179,43 @@ def test_bad_inputs_raise_input_error_with_clear_messages():
         metric_panel("regression", y.astype(float), p[:19], None)
     with pytest.raises(InputError, match=r"n_resamples must be an integer >= 1, got 0"):
         metric_panel("regression", y.astype(float), p, None, n_resamples=0)
+
+
+def test_multiclass_log_loss_clips_a_zero_probability_of_the_true_class():
+    y = np.array([0, 1, 2, 0])
+    proba = np.array([[0.0, 0.5, 0.5], [0.0, 1.0, 0.0], [0.1, 0.1, 0.8], [1.0, 0.0, 0.0]])
+    v = _values(metric_panel("multiclass", y, proba, None, n_resamples=20))
+    # row 0 gives its true class 0: -log(1e-15); a sure, right row adds -log(1 - 1e-15), about 1e-15
+    expected = (-np.log(1e-15) - np.log(1 - 1e-15) - np.log(0.8) - np.log(1 - 1e-15)) / 4
+    assert np.isfinite(v["log_loss"]) and v["log_loss"] == pytest.approx(expected, rel=1e-12)
+    # (scikit-learn's log_loss clips at the float's eps instead, so it differs here by design)
+
+
+def test_two_probability_columns_are_a_valid_multiclass_prediction():
+    y, p = _binary(n=60)
+    proba = np.column_stack([1 - p, p])
+    v = _values(metric_panel("multiclass", y, proba, None, n_resamples=20))
+    assert v["macro_auroc"] == pytest.approx(roc_auc_score(y, p), abs=1e-12)
+    assert v["accuracy"] == pytest.approx(accuracy_score(y, proba.argmax(axis=1)), abs=1e-12)
+
+
+@pytest.mark.parametrize("y, proba, message", [
+    ([0, 1], [[1.0], [1.0]], r"pred for task 'multiclass' must have shape \(n_rows, n_classes\) with one "
+                              r"probability column per class \(at least 2\), got shape \(2, 1\)"),
+    ([0, 1, 1], [[0.5, 0.5], [0.5, 0.5]], r"y and pred must have one entry per row: y has 3 rows, pred has 2$"),
+    ([0, 2], [[0.5, 0.5], [0.5, 0.5]], r"y for task 'multiclass' must hold class codes 0 \.\. 1 \(one per column "
+                                       r"of pred\), got values in \[0, 2\]"),
+    ([0, -1], [[0.5, 0.5], [0.5, 0.5]], r"got values in \[-1, 0\]"),
+    ([0, 0.5], [[0.5, 0.5], [0.5, 0.5]], r"must hold class codes 0 \.\. 1"),
+    ([0, np.nan], [[0.5, 0.5], [0.5, 0.5]], r"\by\b.*finite"),
+])
+def test_multiclass_input_errors_name_the_problem(y, proba, message):
+    with pytest.raises(InputError, match=message):
+        metric_panel("multiclass", np.asarray(y), np.asarray(proba), None, n_resamples=10)
+
+
+def test_integer_one_hot_predictions_are_probabilities():
+    y = np.array([0, 1, 2, 1])
+    proba = np.eye(3, dtype=int)[[0, 1, 2, 2]]
+    v = _values(metric_panel("multiclass", y, proba, None, n_resamples=10))
+    assert v["accuracy"] == pytest.approx(0.75) and v["brier"] == pytest.approx(0.5)
