@@ -824,10 +824,9 @@ def test_primary_and_secondary_scores_are_the_studys_metrics():
     proba = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     assert primary_score("multiclass", ym, proba) == pytest.approx(
         roc_auc_score(ym, proba, multi_class="ovr", average="macro"), abs=1e-12)
-    unbalanced = np.array([0] * 8 + [1] * 2)
-    guess = np.tile([0.9, 0.1], (10, 1))
-    guess[8] = [0.2, 0.8]
+    unbalanced = np.array([0] * 4 + [1] * 4 + [2] * 2)
+    guess = np.eye(3)[[0, 0, 0, 0, 1, 1, 0, 0, 1, 1]] * 0.8 + 0.2 / 3  # recalls 1, 1/2 and 0
     assert balanced_accuracy(unbalanced, guess) == pytest.approx(
-        balanced_accuracy_score(unbalanced, guess.argmax(axis=1))) == pytest.approx(0.75)
+        balanced_accuracy_score(unbalanced, guess.argmax(axis=1))) == pytest.approx(0.5)
     assert partition_scores("multiclass", ym, proba)[1] == pytest.approx(
         balanced_accuracy_score(ym, proba.argmax(axis=1)))

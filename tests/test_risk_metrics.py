@@ -219,3 +219,20 @@ def test_integer_one_hot_predictions_are_probabilities():
     proba = np.eye(3, dtype=int)[[0, 1, 2, 2]]
     v = _values(metric_panel("multiclass", y, proba, None, n_resamples=10))
     assert v["accuracy"] == pytest.approx(0.75) and v["brier"] == pytest.approx(0.5)
+
+
+def test_small_scale_targets_and_predictions_still_vary():
+    # sums of squares far below 1 are variation, not rounding noise: the test is relative to the raw sums
+    y, pred = _regression()
+    small = metric_panel("regression", 1e-3 * y, 1e-3 * pred, None, n_resamples=30).set_index("metric")
+    assert small.loc["correlation", "value"] == pytest.approx(np.corrcoef(y, pred)[0, 1], abs=1e-9)
+    assert small.loc["calibration_slope", "value"] == pytest.approx(np.polyfit(pred, y, 1)[0], abs=1e-8)
+    assert small.loc["correlation", "n_undefined"] == 0 == small.loc["calibration_slope", "n_undefined"]
+
+
+def test_a_constant_target_leaves_the_slope_defined_and_the_correlation_undefined():
+    y, pred = _regression(n=50)
+    panel = metric_panel("regression", np.full(50, 2.0), pred, None, n_resamples=20).set_index("metric")
+    assert np.isnan(panel.loc["correlation", "value"]) and panel.loc["correlation", "n_undefined"] == 20
+    assert panel.loc["calibration_slope", "value"] == pytest.approx(0.0, abs=1e-12)
+    assert panel.loc["calibration_slope", "n_undefined"] == 0
