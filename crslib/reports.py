@@ -674,7 +674,7 @@ neighbourhood structures share by accident.</p>
 
 #: Rows shown per list in the diff page (changed numbers, rows only in one run); diff.json has more.
 DIFF_ROWS_SHOWN = 20
-_KIND_WORDS = {"changed": "numbers changed", "real": "real (intervals apart)",
+_CHANGE_WORDS = {"changed": "numbers changed", "real": "real (intervals apart)",
                "within_interval": "within the intervals", "no_interval": "no interval",
                "text_changed": "text changed"}
 
@@ -694,8 +694,8 @@ def _diff_table_section(table: TableDiff) -> str:
             parts.append(f"<p>{len(rows)} rows only in run {which}{more}:</p>"
                          + _html_table(rows.head(DIFF_ROWS_SHOWN)))
     if len(table.cells):
-        parts.append("<p>Changed columns:</p>" + _html_table(table.by_column().rename(columns=_KIND_WORDS), digits=4))
-        cells = table.cells.assign(kind=table.cells["kind"].map(_KIND_WORDS)).head(DIFF_ROWS_SHOWN)
+        parts.append("<p>Changed columns:</p>" + _html_table(table.by_column().rename(columns=_CHANGE_WORDS), digits=4))
+        cells = table.cells.assign(kind=table.cells["kind"].map(_CHANGE_WORDS)).head(DIFF_ROWS_SHOWN)
         more = (f" (the first {DIFF_ROWS_SHOWN} of {len(table.cells)}, real changes first; diff.json lists up to "
                 "500)") if len(table.cells) > DIFF_ROWS_SHOWN else ""
         parts.append(f"<p>Changed numbers{more}:</p>" + _html_table(cells, digits=4))
@@ -730,7 +730,7 @@ def render_diff_html(diff: RunDiff) -> str:
     True
     """
     overview = pd.DataFrame([{"table": t.table, "status": t.status, "rows A": t.rows_a, "rows B": t.rows_b,
-                              **{_KIND_WORDS[k]: v for k, v in t.counts().items()}} for t in diff.tables])
+                              **{_CHANGE_WORDS[k]: v for k, v in t.counts().items()}} for t in diff.tables])
     if diff.flips.empty:
         flips = "<p>No claim verdict flipped.</p>"
     else:
