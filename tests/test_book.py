@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import nbformat
@@ -185,11 +186,15 @@ def test_reproducibility_page_names_the_run_and_its_hashes(quick_book) -> None:
     root, record = quick_book
     page = root / "_build/html/book/generated/reproducibility.html"
     text = page.read_text(encoding="utf-8")
-    assert record.run_id in text and f"runs/{record.run_id}/config.yaml" in text
+    assert record.run_id in text and f"runs/{record.run_id}/" in text and "config.yaml" in text
     assert "content SHA-256" in text and "numpy" in text
+    # a rebuild command a reader can run from a clone (the highlighter wraps each word in a span)
+    assert "make book PRESET=quick" in re.sub(r"<[^>]+>", "", text)
     saved = json.loads((Path(record.run_dir) / "run.json").read_text())
     assert saved["provenance"]["data"], "the run records a content hash of each data set"
     assert all(len(v["content_sha256"]) == 64 for v in saved["provenance"]["data"].values())
+    assert all(v["content_sha256"] in text for v in saved["provenance"]["data"].values())  # in full
+    assert saved["provenance"]["commit"] is None or saved["provenance"]["commit"] in text
     for entry in record.notebooks:
         assert entry.name in text
 
