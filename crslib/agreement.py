@@ -30,16 +30,11 @@ import pandas as pd
 from crslib import stats
 from crslib._io import JsonResult, json_ready
 from crslib._validation import check_confidence, check_count, check_k, check_same_rows, per_image_array
-from crslib.ann import (
-    APPROX_THRESHOLD,
-    RecallResult,
-    _check_search_options,
-    _search,
-    overlap_error_bound,
-)
+from crslib.ann import APPROX_THRESHOLD, _check_search_options, _search
 from crslib.cluster import open_client, worker_count
 from crslib.errors import InputError
 from crslib.neighbors import _check_index_array, _group_codes, _intersections, knn_indices
+from crslib.recall import RecallResult, overlap_error_bound
 
 log = logging.getLogger(__name__)
 
@@ -184,7 +179,7 @@ class AgreementMatrix(JsonResult):
     overlap_error_bound : dict of str -> float
         Per pair ``"model_a|model_b"`` (in the order of :attr:`overlap`), the
         largest possible difference between the reported and the exact mean
-        overlap (:func:`crslib.ann.overlap_error_bound` of the two models'
+        overlap (:func:`crslib.recall.overlap_error_bound` of the two models'
         recalls, from the lower ends of their 95% intervals; an exact search
         has recall 1). Empty when every model was searched exactly.
 
@@ -243,6 +238,7 @@ def agreement_matrix(
     recall_sample: int = 20_000,
     scheduler: Any = None,
     nprobe: int | None = None,
+    target_recall: float | None = 0.95,
 ) -> AgreementMatrix | tuple[AgreementMatrix, pd.DataFrame]:
     """Mutual kNN overlap between every pair of models.
 
@@ -278,10 +274,17 @@ def agreement_matrix(
         tasks, several models at a time (up to one per worker). The result
         does not depend on it.
     nprobe : int, optional
-        Cells scanned per query by an IVF or IVF-PQ search (:func:`knn_search`);
-        default ``max(16, min(nlist // 16, 64))``. At N=1,000,000 the default
-        (64 of 4,000 cells) measured ``recall@10`` 0.725 on the synthetic data of
-        ``bench/bench_scale.py``; raise it when the reported bound is too wide.
+        Cells scanned per query by an IVF or IVF-PQ search: an explicit
+        override of the depth ``target_recall`` chooses. A fixed depth does
+        not keep its recall as N grows: at N=1,000,000 the former default
+        (64 of 4,000 cells) measured ``recall@10`` 0.725 on the synthetic data
+        of ``bench/bench_scale.py``, an overlap error bound of 0.563.
+    target_recall : float or None
+        Recall@k (lower end of its 95% interval) each approximate search is
+        tuned to reach before it runs (:func:`knn_search`, default 0.95, so
+        the bound of a pair is at most about 0.1). Out of reach within the
+        probe budget, the search falls back to exact on a ``scheduler``, or
+        reports the recall it reached. None: the fixed default depth.
 
     Returns
     -------
@@ -313,13 +316,15 @@ def agreement_matrix(
     if len(set(names)) != len(names):
         raise InputError(f"model names must be unique as strings, got {names}")
     check_same_rows(embeddings)
-    _check_search_options(index, threshold, recall_sample, nprobe)  # before a cluster is started
+    _check_search_options(index, threshold, recall_sample, nprobe,  # before a cluster is started
+                          target_recall=target_recall)
 
     def search(name: str, X: Any, client: Any) -> tuple[np.ndarray, dict, RecallResult | None]:
         try:
             return _search(
                 X, k=k, metric=metric, exclude_groups=exclude_groups, index=index, threshold=threshold,
                 recall_sample=recall_sample, random_state=0, client=client, query_block=None, nprobe=nprobe,
+                target_recall=target_recall,
             )
         except InputError as exc:
             raise InputError(f"model {name!r}: {exc}") from exc

@@ -1,24 +1,25 @@
-"""Nearest neighbours at large N: approximate search, its measured recall, and the search entry point.
+"""Nearest neighbours at large N: approximate search tuned to a target recall, and the search entry point.
 
 Exact search (:mod:`crslib.neighbors`) costs O(N^2 d). :func:`knn_search`
 (used by :func:`crslib.agreement.agreement_matrix`) stays exact up to
 :data:`APPROX_THRESHOLD` images and switches to an approximate faiss index
 (IVF-PQ with exact re-ranking; IVF-Flat or HNSW on request) above it, with
-the same conventions (self and group excluded by index, ties by index). An
-approximate search always comes with its measured recall (:func:`knn_recall`:
-exact neighbours of a sample of queries, via ``knn_indices(queries=...)``),
-and :func:`overlap_error_bound` turns the recalls of two models into a
-guaranteed bound on the error of their mean overlap. With a Dask client
-(:mod:`crslib.cluster`) the exact search runs as query-block tasks and an
-approximate one as one task per model; the result is the same as
-in-process.
+the same conventions (self and group excluded by index, ties by index).
+A fixed search depth loses recall as N grows, so :func:`knn_search` first
+tunes the depth (cells probed, candidates re-ranked) on held-out queries
+until the lower end of the recall's interval reaches ``target_recall``,
+then measures the recall it got on other queries (:mod:`crslib.recall`),
+which bounds the error of every overlap computed from it. With a Dask
+client (:mod:`crslib.cluster`) the exact search runs as query-block tasks
+and an approximate one as one task per model; the result is the same as
+in-process, except that a target out of reach turns into the exact search
+on the cluster.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,6 @@ from crslib._validation import (
     check_k,
     check_positive_int,
     check_random_state,
-    check_same_rows,
 )
 from crslib.cluster import run_tasks, worker_count
 from crslib.errors import InputError
@@ -37,7 +37,6 @@ from crslib.neighbors import (
     _SEARCH_BUDGET,
     METRICS,
     _candidate_count,
-    _check_index_array,
     _group_codes,
     _import_faiss,
     _intersections,
@@ -45,19 +44,19 @@ from crslib.neighbors import (
     _rescore,
     knn_indices,
 )
+from crslib.recall import RecallResult, _recall_interval, knn_recall, overlap_error_bound  # noqa: F401
 
 log = logging.getLogger(__name__)
 
+# RecallResult, knn_recall and overlap_error_bound live in crslib.recall and are importable from here
 __all__ = [
     "APPROX_THRESHOLD",
-    "RecallResult",
     "approximate_knn_indices",
-    "knn_recall",
-    "overlap_error_bound",
     "knn_search",
     "APPROX_METHODS",
     "INDEX_CHOICES",
     "PQ_MIN_ROWS",
+    "TUNE_QUERIES",
 ]
 
 
@@ -76,8 +75,6 @@ APPROX_THRESHOLD = 200_000
 
 APPROX_METHODS = ("ivf", "ivfpq", "hnsw")
 INDEX_CHOICES = ("auto", "exact") + APPROX_METHODS
-
-_Z95 = 1.959963984540054  # two-sided 95% standard normal quantile
 
 
 def _ivf_params(n: int, nlist: Any, nprobe: Any) -> tuple[int, int]:
@@ -160,6 +157,120 @@ def _build_approx_index(Xw: np.ndarray, metric: str, method: str, *, nlist: int,
     return index, quantizer  # the quantizer must outlive the index
 
 
+def _on_prepared(metric: str) -> str:
+    """The metric that searches a prepared array as ``metric`` searches the raw one: its cosine rows
+    are already normalised, so the inner product gives the same neighbours without a second copy."""
+    return "ip" if metric == "cosine" else metric
+
+
+def _fetch_count(method: str, kk: int, refine: int, n: int) -> int:
+    """Candidates asked of the index per query: IVF-PQ ranks by compressed
+    codes, so it returns ``refine`` x the candidates, re-ranked exactly."""
+    return min(n, kk * refine) if method == "ivfpq" else kk
+
+
+def _set_depth(index: Any, method: str, probe: int, ef: int, kk: int) -> None:
+    if method == "hnsw":
+        index.hnsw.efSearch = max(ef, kk)  # HNSW returns at most efSearch results
+    else:
+        index.nprobe = probe
+
+
+def _search_rows(
+    index: Any, Xw: np.ndarray, qids: np.ndarray, *, k: int, fetch: int, metric: str,
+    gcodes: np.ndarray | None, method: str,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Top-k (ids, float32 scores, done) of the queries ``qids`` at the index's current depth;
+    ``done`` is False where fewer than k valid candidates came back."""
+    D, ids = index.search(Xw[qids], fetch)
+    ids = ids.astype(np.int64, copy=False)
+    if method == "ivfpq":
+        raw = _rescore(Xw, qids, ids, metric).astype(np.float32)
+    else:
+        raw = -D if metric == "euclidean" else D
+    # the query and its group are dropped by index, as in the exact path;
+    # -1 marks a slot the index could not fill
+    valid = (ids >= 0) & (ids != qids[:, None])
+    if gcodes is not None:
+        valid &= gcodes[np.maximum(ids, 0)] != gcodes[qids][:, None]
+    rv = np.where(valid, raw, np.float32(-np.inf)).astype(np.float32, copy=False)
+    # (-score, id) order makes ties independent of faiss' thread order
+    order = np.lexsort((ids, -rv), axis=-1)[:, :k]
+    done = valid.sum(axis=1) >= k
+    return np.take_along_axis(ids, order, axis=1), np.take_along_axis(rv, order, axis=1), done
+
+
+def _query_step(fetch: int) -> int:
+    return int(max(1, min(_FAISS_QUERY_BATCH, _SEARCH_BUDGET // (fetch * 12))))
+
+
+#: Queries on which ``target_recall`` tunes the search depth (their exact
+#: neighbours cost ``2,000 x N``); the reported recall is measured on others.
+TUNE_QUERIES = 2_000
+_MAX_REFINE = 64
+_MAX_EF = 4_096
+
+
+def _cell_ranks(quantizer: Any, Xw: np.ndarray, rows: np.ndarray, exact: np.ndarray, max_probe: int) -> np.ndarray:
+    """Sorted ranks, among each query's cells closest first, of the cells holding its exact
+    neighbours (``max_probe`` when farther): the share below p is the recall an IVF search
+    probing p cells could reach at best."""
+    _, cells = quantizer.search(Xw[rows], max_probe)
+    _, home = quantizer.search(Xw[exact.ravel()], 1)
+    home = home.reshape(exact.shape)
+    ranks = np.full(exact.shape, max_probe, dtype=np.int64)
+    for s in range(0, len(rows), 256):
+        hit = cells[s : s + 256, :, None] == home[s : s + 256, None, :]  # (queries, cells, k)
+        found = hit.any(axis=1)
+        ranks[s : s + 256][found] = hit.argmax(axis=1)[found]
+    return np.sort(ranks.ravel())
+
+
+def _tune_depth(
+    index: Any, quantizer: Any, Xw: np.ndarray, rows: np.ndarray, *, k: int, kk: int, metric: str,
+    gcodes: np.ndarray | None, method: str, depth: dict, target: float, max_probe: int, deadline: float,
+) -> tuple[dict, list[dict], bool]:
+    """Deepen the search (``depth``: nprobe, refine_factor, ef_search) until the lower 95% bound of
+    recall@k on the queries ``rows`` reaches ``target``, or the budget ends. Returns the depth,
+    the trials and whether the target was met."""
+    n = Xw.shape[0]
+    exact = knn_indices(Xw, k=k, metric=_on_prepared(metric), exclude_groups=gcodes, queries=rows)
+    ranks = None if method == "hnsw" else _cell_ranks(quantizer, Xw, rows, exact, max_probe)
+
+    def reachable(probe: int) -> float:
+        return _recall_interval(np.searchsorted(ranks, probe) / ranks.size, len(rows), n)[0]
+
+    depth, trials = dict(depth), []
+    while True:
+        _set_depth(index, method, depth.get("nprobe", 0), depth.get("ef_search", 0), kk)
+        fetch = _fetch_count(method, kk, depth.get("refine_factor", 1), n)
+        ids = np.concatenate([_search_rows(index, Xw, rows[s : s + _query_step(fetch)], k=k, fetch=fetch,
+                                           metric=metric, gcodes=gcodes, method=method)[0]
+                              for s in range(0, len(rows), _query_step(fetch))])
+        recall = float(_intersections(ids, exact).mean() / k)
+        low = _recall_interval(recall, len(rows), n)[0]
+        trials.append({**depth, "recall": round(recall, 4), "ci_low": round(low, 4)})
+        if low >= target:
+            return depth, trials, True
+        if time.perf_counter() > deadline:
+            return depth, trials, False
+        if method == "hnsw":
+            if depth["ef_search"] >= _MAX_EF:
+                return depth, trials, False
+            depth["ef_search"] = min(_MAX_EF, 2 * depth["ef_search"])
+            continue
+        probe, refine = depth["nprobe"], depth.get("refine_factor", 1)
+        if method == "ivfpq" and refine < _MAX_REFINE and reachable(probe) >= target:
+            depth["refine_factor"] = 2 * refine  # the probed cells hold the neighbours; the codes lose them
+        elif probe < max_probe:
+            # the fewest cells that hold enough of the exact neighbours (at least one more), or the budget
+            enough = [p for p in range(probe + 1, max_probe + 1) if reachable(p) >= target]
+            depth["nprobe"] = enough[0] if enough else max_probe
+        else:
+            # a search cannot find more than the probed cells hold, whatever it re-ranks
+            return depth, trials, False
+
+
 def _approximate_knn(
     Xw: np.ndarray,
     *,
@@ -173,12 +284,22 @@ def _approximate_knn(
     ef_search: Any,
     seed: int | None,
     refine_factor: Any = 8,
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """Approximate top-k on a prepared array: (ids, float32 scores, resolved parameters)."""
+    target_recall: float | None = None,
+    max_probe_share: float = 0.25,
+    tune_seconds: float = 600.0,
+    stop_if_unmet: bool = False,
+) -> tuple[np.ndarray | None, np.ndarray | None, dict]:
+    """Approximate top-k on a prepared array: (ids, float32 scores, resolved parameters).
+
+    With ``target_recall`` (and no explicit ``nprobe`` / ``ef_search``) the search depth is
+    tuned first (:func:`_tune_depth`) on :data:`TUNE_QUERIES` sampled rows, recorded in
+    ``params["tune_rows"]``; with ``stop_if_unmet`` an unmet target returns ``(None, None, params)``
+    before the full search."""
     n, d = Xw.shape
     hnsw_m = check_positive_int(hnsw_m, "hnsw_m")
     ef_search = check_positive_int(ef_search, "ef_search", allow_none=True)
     refine = check_positive_int(refine_factor, "refine_factor")
+    tuned = target_recall is not None and (nprobe if method != "hnsw" else ef_search) is None
     if method in ("ivf", "ivfpq"):
         nlist, probe = _ivf_params(n, nlist, nprobe)
         params = {"nlist": nlist, "nprobe": probe}
@@ -186,47 +307,46 @@ def _approximate_knn(
             params.update(pq_m=_pq_subquantizers(d), pq_bits=8, refine_factor=refine)
     else:
         params = {"hnsw_m": hnsw_m}
-    index, _quantizer = _build_approx_index(Xw, metric, method, nlist=nlist, hnsw_m=hnsw_m, seed=seed)
+    index, quantizer = _build_approx_index(Xw, metric, method, nlist=nlist, hnsw_m=hnsw_m, seed=seed)
     kk = _candidate_count(k, n, gcodes)
     if method == "hnsw":
         # efSearch is the HNSW candidate pool; below 64 recall drops sharply
-        ef = ef_search if ef_search is not None else max(64, 2 * kk)
-        params["ef_search"] = ef
+        params["ef_search"] = ef_search if ef_search is not None else max(64, 2 * kk)
+    if tuned:
+        rng = np.random.default_rng(None if seed is None else seed + 1)  # not the recall sample's stream
+        rows = np.sort(rng.choice(n, size=min(TUNE_QUERIES, max(1, n // 4)), replace=False)).astype(np.int64)
+        max_probe = max(params.get("nprobe", 1), min(nlist, int(max_probe_share * nlist))) if method != "hnsw" else 0
+        depth = {key: params[key] for key in ("nprobe", "refine_factor", "ef_search") if key in params}
+        depth, trials, met = _tune_depth(
+            index, quantizer, Xw, rows, k=k, kk=kk, metric=metric, gcodes=gcodes, method=method, depth=depth,
+            target=target_recall, max_probe=max_probe, deadline=time.perf_counter() + tune_seconds)
+        params.update(depth, target_recall=target_recall, target_met=met, tuning=trials, tune_rows=rows)
+        if method != "hnsw":
+            params["max_nprobe"] = max_probe
+        if not met:
+            log.warning("approximate kNN: recall@%d target %.3f not met (lower bound %.3f at %s)", k, target_recall,
+                        trials[-1]["ci_low"], {key: trials[-1][key] for key in depth})
+            if stop_if_unmet:
+                return None, None, params
+    probe, refine = params.get("nprobe", 0), params.get("refine_factor", 1)
+    ef = params.get("ef_search", 0)
+    nlist = params.get("nlist", 0)
 
     out_ids = np.empty((n, k), dtype=np.int64)
     out_sc = np.empty((n, k), dtype=np.float32)
     pending = np.arange(n, dtype=np.int64)
     while pending.size:
-        if method != "hnsw":
-            index.nprobe = probe
-            exhaustive = kk >= n and probe >= nlist
-        else:
-            index.hnsw.efSearch = max(ef, kk)  # HNSW returns at most efSearch results
-            exhaustive = kk >= n
-        # IVF-PQ ranks by compressed codes: it returns refine_factor x the
-        # candidates, re-ranked here by their exact scores on the full rows
-        fetch = min(n, kk * refine) if method == "ivfpq" else kk
-        step = int(max(1, min(_FAISS_QUERY_BATCH, _SEARCH_BUDGET // (fetch * 12))))
+        _set_depth(index, method, probe, ef, kk)
+        exhaustive = kk >= n and (method == "hnsw" or probe >= nlist)
+        fetch = _fetch_count(method, kk, refine, n)
+        step = _query_step(fetch)
         unresolved = []
         for s in range(0, pending.size, step):
             qids = pending[s : s + step]
-            D, ids = index.search(Xw[qids], fetch)
-            ids = ids.astype(np.int64, copy=False)
-            if method == "ivfpq":
-                raw = _rescore(Xw, qids, ids, metric).astype(np.float32)
-            else:
-                raw = -D if metric == "euclidean" else D
-            # the query and its group are dropped by index, as in the exact path;
-            # -1 marks a slot the index could not fill
-            valid = (ids >= 0) & (ids != qids[:, None])
-            if gcodes is not None:
-                valid &= gcodes[np.maximum(ids, 0)] != gcodes[qids][:, None]
-            rv = np.where(valid, raw, np.float32(-np.inf)).astype(np.float32, copy=False)
-            # (-score, id) order makes ties independent of faiss' thread order
-            order = np.lexsort((ids, -rv), axis=-1)[:, :k]
-            done = valid.sum(axis=1) >= k
-            out_ids[qids[done]] = np.take_along_axis(ids, order, axis=1)[done]
-            out_sc[qids[done]] = np.take_along_axis(rv, order, axis=1)[done]
+            ids, rv, done = _search_rows(index, Xw, qids, k=k, fetch=fetch, metric=metric, gcodes=gcodes,
+                                         method=method)
+            out_ids[qids[done]] = ids[done]
+            out_sc[qids[done]] = rv[done]
             if not done.all():
                 unresolved.append(qids[~done])
         pending = np.concatenate(unresolved) if unresolved else pending[:0]
@@ -245,7 +365,8 @@ def _approximate_knn(
         # walk did not reach k valid rows. Those few rows get exact neighbours
         # rather than an error after the whole index was built.
         log.info("approximate kNN: %d rows fell back to the exact search", pending.size)
-        ids, sc = knn_indices(Xw, k=k, metric=metric, exclude_groups=gcodes, queries=pending, return_similarity=True)
+        ids, sc = knn_indices(Xw, k=k, metric=_on_prepared(metric), exclude_groups=gcodes, queries=pending,
+                              return_similarity=True)
         out_ids[pending] = ids
         out_sc[pending] = -(sc**2) if metric == "euclidean" else sc
     params["exact_fallback_rows"] = int(pending.size)
@@ -370,189 +491,6 @@ def approximate_knn_indices(
     return ids
 
 
-@dataclass(frozen=True)
-class RecallResult:
-    """Share of the exact k nearest neighbours an approximate search found.
-
-    Attributes
-    ----------
-    recall : float
-        Mean over the sampled queries of ``|approx(i) & exact(i)| / k``.
-    ci_low, ci_high : float
-        Interval for the recall over all N rows at ``confidence`` (see
-        :func:`knn_recall`); ``[recall, recall]`` when every row was sampled.
-    n_sample : int
-        Queries compared.
-    k : int
-    per_query : ndarray of shape (n_sample,)
-        Recall of each sampled query.
-    rows : ndarray of shape (n_sample,)
-        The sampled row indices (ascending).
-    n : int
-        Rows in the data.
-    confidence : float
-    """
-
-    recall: float
-    ci_low: float
-    ci_high: float
-    n_sample: int
-    k: int
-    per_query: np.ndarray = field(repr=False)
-    rows: np.ndarray = field(repr=False)
-    n: int = 0
-    confidence: float = 0.95
-
-
-def _recall_interval(p: float, n_sample: int, n: int) -> tuple[float, float]:
-    """95% Wilson score interval for a mean of [0, 1] values, finite-population corrected."""
-    if n_sample >= n:
-        return p, p  # every row compared: no sampling error
-    # Sampling without replacement: the variance shrinks by (N - n)/(N - 1),
-    # i.e. the sample counts as n (N - 1)/(N - n) draws with replacement.
-    m = n_sample * (n - 1) / (n - n_sample)
-    z2 = _Z95**2
-    centre = (p + z2 / (2 * m)) / (1 + z2 / m)
-    half = _Z95 * np.sqrt(p * (1 - p) / m + z2 / (4 * m * m)) / (1 + z2 / m)
-    return float(max(0.0, centre - half)), float(min(1.0, centre + half))
-
-
-def knn_recall(
-    X: Any,
-    approx_indices: Any,
-    *,
-    k: int | None = None,
-    metric: str = "cosine",
-    exclude_groups: Any = None,
-    sample: int = 20_000,
-    random_state: int | None = 0,
-) -> RecallResult:
-    """Recall@k of approximate neighbours against the exact ones, on a sample of queries.
-
-    The exact neighbours of the sampled rows come from
-    :func:`knn_indices` with ``queries=``: the cost is ``sample x N``, not
-    ``N x N``. Use the same ``metric`` and ``exclude_groups`` as the
-    approximate search, or correct neighbours count as misses.
-
-    Parameters
-    ----------
-    X : array-like of shape (N, d)
-        The embeddings that were searched.
-    approx_indices : array-like of shape (N, k_approx), integer
-        Approximate neighbours, closest first (e.g. from
-        :func:`approximate_knn_indices`).
-    k : int, optional
-        Compare the first k columns; default all of them.
-    metric : {"cosine", "ip", "euclidean"}
-    exclude_groups : array-like of shape (N,), optional
-    sample : int
-        Queries to compare, drawn without replacement; all rows when
-        ``sample >= N``.
-    random_state : int or None
-        Seed of the query sample.
-
-    Returns
-    -------
-    RecallResult
-        ``recall`` is the mean over sampled queries of
-        ``|approx(i) & exact(i)| / k``. The 95% interval is a Wilson score
-        interval: the per-query recalls lie in [0, 1], so their variance is
-        at most ``p (1 - p)``, which the interval uses in place of the
-        sample variance. That is conservative, and a sample in which every
-        query happens to be perfect does not claim a zero-width interval. A
-        finite-population correction applies (sampling without replacement),
-        so when all rows are compared the interval is the recall itself.
-
-    Raises
-    ------
-    InputError
-        Shapes that do not match, ``k`` larger than the columns given, or
-        the errors of :func:`knn_indices`.
-
-    Examples
-    --------
-    >>> import numpy as np
-    >>> X = np.random.default_rng(0).normal(size=(500, 8))
-    >>> knn_recall(X, knn_indices(X, k=5)).recall
-    1.0
-    """
-    A = _check_index_array(approx_indices, "approx_indices")
-    n = check_same_rows({"X": X, "approx_indices": A})
-    k = A.shape[1] if k is None else check_positive_int(k, "k")
-    if k > A.shape[1]:
-        raise InputError(f"k={k} exceeds the {A.shape[1]} neighbour columns of approx_indices")
-    sample = check_positive_int(sample, "sample")
-    seed = check_random_state(random_state)
-    if sample >= n:
-        rows = np.arange(n, dtype=np.int64)
-    else:
-        rows = np.sort(np.random.default_rng(seed).choice(n, size=sample, replace=False)).astype(np.int64)
-    exact = knn_indices(X, k=k, metric=metric, exclude_groups=exclude_groups, queries=rows)
-    per_query = _intersections(A[rows, :k], exact) / k
-    recall = float(per_query.mean())
-    low, high = _recall_interval(recall, rows.size, n)
-    return RecallResult(
-        recall=recall, ci_low=low, ci_high=high, n_sample=int(rows.size), k=k,
-        per_query=per_query, rows=rows, n=n,
-    )
-
-
-def _recall_value(recall: Any, name: str) -> float:
-    if isinstance(recall, RecallResult):
-        return float(recall.ci_low)
-    if isinstance(recall, bool) or not isinstance(recall, (int, float, np.integer, np.floating)):
-        raise InputError(f"{name} must be a recall in [0, 1] or a RecallResult, got {recall!r}")
-    value = float(recall)
-    if not 0.0 <= value <= 1.0:
-        raise InputError(f"{name}={value} must lie in [0, 1]")
-    return value
-
-
-def overlap_error_bound(recall_a: float | RecallResult, recall_b: float | RecallResult) -> float:
-    """Largest possible error of a mean kNN overlap computed from approximate neighbours.
-
-    ``|mean approximate overlap - mean exact overlap| <= (1 - recall_a) + (1 - recall_b)``,
-    capped at 1 (an overlap lies in [0, 1]).
-
-    Why: for one image let A, B be the exact neighbour lists of models a and
-    b and A', B' the approximate ones, all of size k, and
-    ``miss_a = k - |A' & A|``, ``miss_b = k - |B' & B|``. An element of
-    ``A' & B'`` is in ``A & B``, or in ``A' - A`` (at most miss_a of them), or
-    in ``A - B`` and so in ``B' - B`` (at most miss_b). Hence
-    ``|A' & B'| <= |A & B| + miss_a + miss_b``, and by the same argument the
-    other way round ``|A & B| <= |A' & B'| + miss_a + miss_b``. The
-    per-image overlap (divided by k) thus changes by at most
-    ``(miss_a + miss_b) / k``, and averaging over images gives the bound,
-    since the mean of ``miss / k`` is one minus the recall. It holds for any
-    data, with no assumption on which neighbours are missed; it is tight
-    only when every miss changes the overlap.
-
-    Parameters
-    ----------
-    recall_a, recall_b : float or RecallResult
-        Recall@k of each model's neighbours over all images (1.0 for an
-        exact search). For a :class:`RecallResult`, measured on a sample,
-        the lower end of its 95% interval is used (a 97.5% one-sided lower
-        bound of the recall), which makes the result a conservative upper
-        bound of the error rather than an estimate: it holds with at least
-        95% confidence even when both recalls were sampled.
-
-    Returns
-    -------
-    float
-
-    Examples
-    --------
-    >>> round(overlap_error_bound(0.97, 0.95), 6)
-    0.08
-    >>> overlap_error_bound(1.0, 1.0)
-    0.0
-    """
-    a = _recall_value(recall_a, "recall_a")
-    b = _recall_value(recall_b, "recall_b")
-    return float(min(1.0, (1.0 - a) + (1.0 - b)))
-
-
 def _knn_block_task(
     start: int, stop: int, *, X: np.ndarray, k: int, metric: str, exclude_groups: np.ndarray | None
 ) -> np.ndarray:
@@ -571,25 +509,66 @@ def _approx_knn_task(
     recall_sample: int,
     random_state: int | None,
     nprobe: int | None = None,
-) -> tuple[np.ndarray, RecallResult, dict]:
-    """Approximate neighbours of one model and their measured recall (one shard task)."""
+    target_recall: float | None = None,
+    max_probe_share: float = 0.25,
+    tune_seconds: float = 600.0,
+    stop_if_unmet: bool = False,
+) -> tuple[np.ndarray | None, RecallResult | None, dict]:
+    """Approximate neighbours of one model and their recall, measured on queries other than
+    those the depth was tuned on (one shard task). ``(None, None, params)`` when the target
+    was not met and ``stop_if_unmet``."""
     Xw, _ = _prepare(X, metric)
     ids, _, params = _approximate_knn(
         Xw, k=k, metric=metric, gcodes=exclude_groups, method=method, nlist=None, nprobe=nprobe,
-        hnsw_m=32, ef_search=None, seed=random_state,
+        hnsw_m=32, ef_search=None, seed=random_state, target_recall=target_recall,
+        max_probe_share=max_probe_share, tune_seconds=tune_seconds, stop_if_unmet=stop_if_unmet,
     )
-    recall = knn_recall(X, ids, k=k, metric=metric, exclude_groups=exclude_groups,
-                        sample=recall_sample, random_state=random_state)
+    tune_rows = params.pop("tune_rows", None)
+    if tune_rows is not None:
+        params["tune_queries"] = int(tune_rows.size)
+    if ids is None:
+        return None, None, params
+    # on the prepared rows: the raw ones would be normalised into a second full copy
+    recall = knn_recall(Xw, ids, k=k, metric=_on_prepared(metric), exclude_groups=exclude_groups,
+                        sample=recall_sample, random_state=random_state, exclude_rows=tune_rows)
     return ids, recall, params
 
 
-def _check_search_options(index: Any, threshold: Any, recall_sample: Any, nprobe: Any = None) -> None:
+def _check_share(value: Any, name: str, *, allow_none: bool = False) -> float | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)) \
+            or not 0.0 < float(value) <= 1.0:
+        raise InputError(f"{name} must be a number in (0, 1], got {value!r}")
+    return float(value)
+
+
+def _check_search_options(
+    index: Any, threshold: Any, recall_sample: Any, nprobe: Any = None, *, target_recall: Any = None,
+    max_probe_share: Any = 0.25, tune_seconds: Any = 600.0,
+) -> None:
     if index not in INDEX_CHOICES:
         raise InputError(f"index must be one of {INDEX_CHOICES}, got {index!r}")
     if isinstance(threshold, bool) or not isinstance(threshold, (int, np.integer)) or threshold < 0:
         raise InputError(f"threshold must be a non-negative integer (images), got {threshold!r}")
     check_positive_int(recall_sample, "recall_sample")
     check_positive_int(nprobe, "nprobe", allow_none=True)
+    _check_share(target_recall, "target_recall", allow_none=True)
+    _check_share(max_probe_share, "max_probe_share")
+    if isinstance(tune_seconds, bool) or not isinstance(tune_seconds, (int, float, np.integer, np.floating)) \
+            or not tune_seconds > 0:
+        raise InputError(f"tune_seconds must be a positive number of seconds, got {tune_seconds!r}")
+
+
+def _exact_on_client(client: Any, shared: dict, n: int, query_block: int | None) -> np.ndarray:
+    """Exact neighbours as query-block tasks, concatenated in row order: each task searches
+    all N rows, so the result equals one in-process exact search, ties included."""
+    # ~4 blocks per worker balance the load; blocks below 1,000 rows
+    # would spend more on task overhead (each task rebuilds the flat
+    # index over all N rows) than on searching
+    block = query_block or max(1000, -(-n // (4 * worker_count(client))))
+    tasks = [(s, min(n, s + block)) for s in range(0, n, block)]
+    return np.concatenate(run_tasks(client, _knn_block_task, tasks, shared=shared))
 
 
 def _search(
@@ -606,9 +585,13 @@ def _search(
     query_block: int | None,
     nprobe: int | None = None,
     device: str | None = None,
+    target_recall: float | None = None,
+    max_probe_share: float = 0.25,
+    tune_seconds: float = 600.0,
 ) -> tuple[np.ndarray, dict, RecallResult | None]:
     start_time = time.perf_counter()
-    _check_search_options(index, threshold, recall_sample, nprobe)
+    _check_search_options(index, threshold, recall_sample, nprobe, target_recall=target_recall,
+                          max_probe_share=max_probe_share, tune_seconds=tune_seconds)
     query_block = check_positive_int(query_block, "query_block", allow_none=True)
     seed = check_random_state(random_state)
     if metric not in METRICS:
@@ -630,19 +613,27 @@ def _search(
     shared = {"X": Xw, "k": k, "metric": metric, "exclude_groups": gcodes}
     recall = None
     params = None
+    fallback = None
+    if method != "exact":
+        shared.update(method=method, recall_sample=recall_sample, random_state=seed, nprobe=nprobe,
+                      target_recall=target_recall, max_probe_share=max_probe_share, tune_seconds=tune_seconds,
+                      stop_if_unmet=client is not None)
+        ((ids, recall, params),) = run_tasks(client, _approx_knn_task, [()], shared=shared)
+        if ids is None:
+            # the target was out of reach within the budget, and there are workers: exact instead
+            fallback = (f"recall@{k} target {target_recall} not met by {method} within the budget "
+                        f"(lower bound {params['tuning'][-1]['ci_low']:.3f}); exact search on the cluster instead")
+            log.warning("approximate kNN: %s", fallback)
+            method = "exact"
+            for key in ("method", "recall_sample", "random_state", "nprobe", "target_recall", "max_probe_share",
+                        "tune_seconds", "stop_if_unmet"):
+                shared.pop(key)
     if method == "exact":
         if client is None:
             ids = knn_indices(Xw, k=k, metric=metric, exclude_groups=gcodes, device=device)
         else:
-            # ~4 blocks per worker balance the load; blocks below 1,000 rows
-            # would spend more on task overhead (each task rebuilds the flat
-            # index over all N rows) than on searching
-            block = query_block or max(1000, -(-n // (4 * worker_count(client))))
-            tasks = [(s, min(n, s + block)) for s in range(0, n, block)]
-            ids = np.concatenate(run_tasks(client, _knn_block_task, tasks, shared=shared))
-    else:
-        shared.update(method=method, recall_sample=recall_sample, random_state=seed, nprobe=nprobe)
-        ((ids, recall, params),) = run_tasks(client, _approx_knn_task, [()], shared=shared)
+            ids = _exact_on_client(client, shared, n, query_block)
+    low = 1.0 if recall is None else recall.ci_low
     info = {
         "index": method,
         "n": n,
@@ -650,6 +641,10 @@ def _search(
         "recall": None if recall is None else recall.recall,
         "recall_ci": None if recall is None else [recall.ci_low, recall.ci_high],
         "recall_sample": None if recall is None else recall.n_sample,
+        "target_recall": target_recall if params is not None and "target_recall" in params else None,
+        "target_met": None if params is None else params.get("target_met"),
+        "error_bound": 1.0 - low,
+        "fallback": fallback,
         "params": params,
         "seconds": round(time.perf_counter() - start_time, 3),
     }
@@ -670,6 +665,9 @@ def knn_search(
     query_block: int | None = None,
     nprobe: int | None = None,
     device: str | None = None,
+    target_recall: float | None = 0.95,
+    max_probe_share: float = 0.25,
+    tune_seconds: float = 600.0,
 ) -> tuple[np.ndarray, dict]:
     """k nearest neighbours of every row: exact up to a size, approximate (with measured recall) beyond.
 
@@ -699,20 +697,41 @@ def knn_search(
         process. With a client, the exact search is cut into blocks of
         ``query_block`` query rows, one Dask task each (X is sent to each
         worker once); an approximate search, index build and recall check
-        included, is one task. The result is identical either way.
+        included, is one task. The result is identical either way, except
+        that an approximate search whose ``target_recall`` is out of reach
+        becomes the exact search on the cluster.
     query_block : int, optional
         Query rows per exact-search task; default
         ``max(1000, ceil(N / (4 * workers)))``.
     nprobe : int, optional
-        IVF / IVF-PQ cells scanned per query (see
-        :func:`approximate_knn_indices`); raise it when the measured recall
-        is too low. The search time grows about in proportion. Ignored by
-        the exact and HNSW searches.
+        IVF / IVF-PQ cells scanned per query: an explicit override of the
+        depth that ``target_recall`` would choose (no tuning). The search
+        time grows about in proportion. Ignored by the exact and HNSW
+        searches.
     device : str, optional
         Where the exact search runs in this process (see :func:`knn_indices`:
         a GPU gives the same neighbours as the CPU); None or "cpu" keeps the
         CPU search. The approximate searches and the blocks sent to a
         ``client`` run on the CPU.
+    target_recall : float or None
+        Recall@k an approximate search must reach, as the lower end of its
+        95% interval (default 0.95). Before searching all rows, the depth is
+        tuned on :data:`TUNE_QUERIES` sampled queries against their exact
+        neighbours: IVF probes more cells while the cells probed cannot hold
+        enough of the exact neighbours (measured from the cells the
+        neighbours live in), IVF-PQ re-ranks more candidates when they can
+        but the compressed codes lose them, HNSW doubles ``ef_search``. The
+        reported ``recall`` is then measured on other queries. If the target
+        is out of reach within the budget, a ``client`` runs the exact
+        search instead (``info["fallback"]`` says why); without one the
+        search runs at the deepest setting tried, with a warning, and
+        reports the recall and bound it reached. None: the fixed default
+        depth of :func:`approximate_knn_indices`, as before.
+    max_probe_share : float
+        Probe budget of the tuning: at most this share of the IVF cells
+        (default a quarter; beyond that an exact search costs little more).
+    tune_seconds : float
+        Time budget of the tuning (the full search is not counted).
 
     Returns
     -------
@@ -721,8 +740,15 @@ def knn_search(
         ``index`` (the search used: "exact", "ivf", "ivfpq" or "hnsw"), ``n``,
         ``k``, ``recall`` (None for exact), ``recall_ci`` ([low, high] of
         the 95% interval, or None), ``recall_sample`` (queries checked, or
-        None), ``params`` (the approximate index's parameters, e.g. nlist
-        and nprobe, or None) and ``seconds`` (wall time).
+        None), ``target_recall`` and ``target_met`` (None when nothing was
+        tuned), ``error_bound`` (the largest error of a mean overlap with an
+        exactly searched model that this search can cause,
+        :func:`overlap_error_bound` of its recall and 1; 0 for exact),
+        ``fallback`` (why an approximate search became exact, or None),
+        ``params`` (the approximate index's parameters: nlist, the chosen
+        nprobe and refine_factor or ef_search, ``tuning`` with every setting
+        tried and its recall on the tuning queries, or None) and
+        ``seconds`` (wall time).
 
     Raises
     ------
@@ -741,6 +767,7 @@ def knn_search(
     ids, info, _ = _search(
         X, k=k, metric=metric, exclude_groups=exclude_groups, index=index, threshold=threshold,
         recall_sample=recall_sample, random_state=random_state, client=client, query_block=query_block,
-        nprobe=nprobe, device=device,
+        nprobe=nprobe, device=device, target_recall=target_recall, max_probe_share=max_probe_share,
+        tune_seconds=tune_seconds,
     )
     return ids, info

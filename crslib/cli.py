@@ -148,7 +148,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             X_reference=embeddings.get("reference"), reference=reference if "reference" in embeddings else None,
             labels=labels, min_overlap=args.min_overlap, decision=args.decision, n_resamples=args.resamples,
             n_permutations=args.permutations, models=models, random_state=args.seed, scheduler=client,
-            device=args.device,
+            device=args.device, target_recall=args.target_recall,
         )
     out = Path(args.out)
     atomic_write_text(out / "compare.json", result.to_json())
@@ -458,6 +458,9 @@ def _add_compare_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--permutations", type=int, default=199, metavar="N",
                    help="relabellings of the new model's neighbours for the permutation null (default 199; 0 skips)")
     p.add_argument("--seed", type=int, default=0, help="seed of bootstrap, permutations and splits (default 0)")
+    p.add_argument("--target-recall", type=float, default=0.95, metavar="R",
+                   help="above 200,000 images the neighbour search is approximate, tuned until the lower 95%% "
+                   "bound of its recall@k reaches R (default 0.95)")
     p.add_argument("--out", default="crs-compare", metavar="DIR", help="report folder (default crs-compare)")
     _add_scheduler(p)
     _add_device(p)

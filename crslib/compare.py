@@ -33,8 +33,9 @@ import pandas as pd
 from crslib._io import json_ready
 from crslib._validation import check_same_rows
 from crslib.agreement import chance_overlap, overlap_ci, overlap_from_indices
-from crslib.ann import knn_search, overlap_error_bound
+from crslib.ann import knn_search
 from crslib.errors import InputError
+from crslib.recall import overlap_error_bound
 from crslib.splits import grouped_partition
 from crslib.subgroups import overlap_by_subgroup
 from crslib.transfer import classifier_transfer, fit_linear_map, held_out_r2
@@ -269,6 +270,7 @@ def compare_embeddings(
     random_state: int = 0,
     scheduler: Any = None,
     device: str | None = None,
+    target_recall: float | None = 0.95,
 ) -> CompareResult:
     """Compare a successor model's embeddings with the old model's.
 
@@ -320,6 +322,10 @@ def compare_embeddings(
     device : str, optional
         Where the exact neighbour searches run in this process
         (:func:`crslib.ann.knn_search`); the neighbours are the same on every device.
+    target_recall : float or None
+        Recall@k an approximate search is tuned to reach (lower end of its
+        95% interval) before it runs (:func:`crslib.ann.knn_search`); only
+        above the approximate threshold.
 
     Returns
     -------
@@ -353,7 +359,7 @@ def compare_embeddings(
         for role, X in roles.items():
             try:
                 neighbours[role], search[role] = knn_search(X, k=k, client=client, random_state=random_state,
-                                                            device=device)
+                                                            device=device, target_recall=target_recall)
             except InputError as exc:
                 raise InputError(f"{role} embeddings: {exc}") from exc
 

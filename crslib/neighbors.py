@@ -375,7 +375,10 @@ def knn_indices(
         stays within ~256 MB (torch) or 16,384 queries (faiss).
     backend : {"auto", "faiss", "torch"}
         faiss ``IndexFlatIP`` / ``IndexFlatL2`` (exact), or torch matmul +
-        topk; "auto" uses faiss when installed. Both give identical results.
+        topk; "auto" uses faiss when installed, except for ``queries`` of at
+        most a quarter of rows that take more than 256 MB, where faiss'
+        index would copy them all and torch needs no copy. Both give
+        identical results.
     return_similarity : bool
         Also return the scores of the neighbours (cosine similarity, inner
         product, or Euclidean distance), float32.
@@ -431,6 +434,10 @@ def knn_indices(
     k = check_k(k, n)
     gcodes = _group_codes(exclude_groups, n, k)
     qrows = np.arange(n, dtype=np.int64) if queries is None else _check_queries(queries, n)
+    if backend == "auto" and queries is not None and 4 * qrows.size <= n and Xw.nbytes > _SEARCH_BUDGET:
+        # a few queries (a recall check, a tuning sample) of many rows: faiss' flat index would copy all
+        # N rows, torch multiplies against them where they are, its scores within the batch budget
+        backend = "torch"
     searcher = _Searcher(Xw, metric, backend, batch_size, _search_device(device))
 
     # Per-query bound on the float32 error of the back-end's scores: a float32

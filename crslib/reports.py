@@ -580,8 +580,14 @@ def _compare_rows(result: CompareResult) -> str:
                         f"{1 / (null['n_permutations'] + 1):.3g})"))
     for role, info in result.search.items():
         if info.get("recall") is not None:
+            target = info.get("target_recall")
+            met = ("" if target is None else f"; target {target:.3f} " +
+                   ("met" if info.get("target_met") else "not met within the probe budget"))
             rows.append(row(f"{role} model's neighbours", f"approximate ({info['index']}), recall@{result.k} "
-                            f"{info['recall']:.3f} against exact search on {info['recall_sample']:,} queries"))
+                            f"{info['recall']:.3f} against exact search on {info['recall_sample']:,} queries"
+                            + met))
+        elif info.get("fallback"):
+            rows.append(row(f"{role} model's neighbours", f"exact: {info['fallback']}"))
     if result.overlap_error_bound > 0:
         rows.append(row("overlap error bound (approximate index)", f"at most {result.overlap_error_bound:.3f}"))
     if result.reference_overlap is not None:

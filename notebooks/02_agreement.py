@@ -42,6 +42,7 @@ models = "zoo:*,public:efficientnet_lite0,public:open_nsfw"  # comma-separated m
 zoo_preset = "quick"
 public_size = 64
 k = 10
+target_recall = 0.95  # above 200,000 images: the approximate search is tuned to this recall@k (lower 95% bound)
 seed = 0
 n_resamples = 500
 device = "auto"  # where models compute: auto (a GPU when torch sees one), cpu, cuda, mps
@@ -170,7 +171,8 @@ no_chance = "not computed (too few images outside each patient)"
 # %% tags=["hide-input"] mystnb={"figure": {"caption": "Mutual k-NN overlap between every pair of models in this run; chance is k over the images outside the query's patient.", "name": "fig-02-4"}, "image": {"alt": "Heatmap of the pairwise mutual nearest-neighbour overlap between models"}}
 if has_agreement:
     agreement_result, per_image = agreement.agreement_matrix(embeddings, k=k, exclude_groups=groups,
-                                                             return_per_image=True, scheduler=scheduler)
+                                                             return_per_image=True, scheduler=scheduler,
+                                                             target_recall=target_recall)
     matrix = agreement_result.overlap
     matrix.to_csv(results / "agreement_matrix.csv")
     # short labels keep a large matrix readable at page width (the zoo's names spell out objective and size)
@@ -206,9 +208,18 @@ if has_agreement:
     if approximate:
         worst = min(info["recall"] for info in approximate.values())
         bound = agreement_result.max_error_bound
+        unmet = [name for name, info in approximate.items() if info.get("target_met") is False]
+        target_text = ("" if target_recall is None else
+                       f" Each search was tuned to a recall@{k} of at least {target_recall:.2f} (the lower end of "
+                       "its 95% interval, measured on queries set aside for tuning) " +
+                       ("and met it." if not unmet else
+                        f"and {len(unmet)} did not meet it within the probe budget: " + names_list(unmet) + "."))
         display(Markdown(f"Neighbours of {len(approximate)} model(s) come from an approximate index; the lowest "
                          f"recall@{k} against exact search is {worst:.3f}, so an overlap above may be off by at most "
-                         f"{bound:.3f}."))
+                         f"{bound:.3f}." + target_text))
+    elif any(info.get("fallback") for info in agreement_result.search.values()):
+        display(Markdown(f"Neighbours: exact search for every model on the cluster; for some, the approximate "
+                         f"index could not reach a recall@{k} of {target_recall} within its probe budget."))
     else:
         display(Markdown(f"Neighbours: exact search for every model ({len(manifest):,} images, below the "
                          f"{ann.APPROX_THRESHOLD:,}-image threshold of the approximate index)."))

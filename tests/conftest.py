@@ -84,6 +84,7 @@ def own_books(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
 OWN_TESTS: dict[str, tuple[str, ...]] = {
     "neighbors": ("agreement", "neighbors"),
     "ann": ("agreement", "ann"),
+    "recall": ("agreement", "recall"),
     "similarity": ("agreement", "similarity"),
     "subgroups": ("agreement", "subgroups"),
     "probes": ("agreement", "audit", "risk", "transfer", "probes"),

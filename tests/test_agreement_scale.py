@@ -314,8 +314,10 @@ def test_knn_search_auto_threshold():
     assert info["n"] == 5000 and info["k"] == 10 and info["seconds"] >= 0
     np.testing.assert_array_equal(I, nb.knn_indices(X, k=10))
 
-    J, info = ann.knn_search(X, k=10, threshold=1000, recall_sample=1000)
+    # target_recall=None: the fixed default depth, the same search as approximate_knn_indices'
+    J, info = ann.knn_search(X, k=10, threshold=1000, recall_sample=1000, target_recall=None)
     assert info["index"] == "ivf" and info["recall_sample"] == 1000
+    assert info["target_recall"] is None and info["target_met"] is None and "tuning" not in info["params"]
     lo, hi = info["recall_ci"]
     assert 0 <= lo <= info["recall"] <= hi <= 1 and lo < hi
     assert info["params"]["nlist"] == 128 and info["params"]["nprobe"] == 16  # 5000 // 39, max(16, 128 // 16)
@@ -324,14 +326,21 @@ def test_knn_search_auto_threshold():
 
     # above PQ_MIN_ROWS rows "auto" takes the compressed index
     Y = _clustered(PQ_ROWS, d=32, n_centres=500, spread=0.5, seed=10)
-    K, info = ann.knn_search(Y, k=10, threshold=1000, recall_sample=500)
+    K, info = ann.knn_search(Y, k=10, threshold=1000, recall_sample=500, target_recall=None)
     assert info["index"] == "ivfpq" and info["recall"] >= 0.9
     assert info["params"]["pq_m"] == 4 and info["params"]["refine_factor"] == 8
     np.testing.assert_array_equal(K, ann.approximate_knn_indices(Y, k=10, method="ivfpq"))
 
-    _, info = ann.knn_search(X, k=10, index="hnsw", recall_sample=50_000)
+    _, info = ann.knn_search(X, k=10, index="hnsw", recall_sample=50_000, target_recall=None)
     assert info["index"] == "hnsw" and info["recall_sample"] == 5000
     assert info["recall_ci"] == [info["recall"], info["recall"]]
+    assert info["error_bound"] == pytest.approx(1 - info["recall"])
+    # tuned (the default): the recall is measured on the rows the tuning did not use, so it keeps an interval
+    _, info = ann.knn_search(X, k=10, index="hnsw", recall_sample=50_000)
+    assert info["recall_sample"] == 5000 - info["params"]["tune_queries"] == 3750
+    assert info["recall_ci"][0] < info["recall"] <= info["recall_ci"][1]
+    assert info["target_recall"] == 0.95 and info["target_met"] is True
+    assert info["params"]["tuning"][0]["ef_search"] == 64  # the default pool met the target at once
     with pytest.raises(InputError, match="index must be one of"):
         ann.knn_search(X, index="annoy")
     with pytest.raises(InputError, match="threshold"):
@@ -353,6 +362,79 @@ def test_nprobe_reaches_the_search_and_trades_recall():
     for bad in (0, -1, 2.5, True):
         with pytest.raises(InputError, match="nprobe"):
             ag.agreement_matrix({"a": X, "b": X}, index="ivf", nprobe=bad)
+
+
+def _hard(n=ann.PQ_MIN_ROWS):
+    """Clustered data on which the fixed default depth (16 probes) finds about 0.86 of the neighbours."""
+    return _clustered(n, d=32, n_centres=500, spread=1.0, seed=3)
+
+
+def test_target_recall_deepens_the_search_until_met_and_the_bound_holds():
+    X = _hard()
+    exact = nb.knn_indices(X, k=10)
+    fixed, fixed_info = ann.knn_search(X, k=10, index="ivf", recall_sample=1000, target_recall=None)
+    assert _recall(fixed, exact) < 0.9  # the default depth alone misses the target
+    I, info = ann.knn_search(X, k=10, index="ivf", recall_sample=1000)
+    params = info["params"]
+    assert info["target_recall"] == 0.95 and info["target_met"] is True
+    trials = params["tuning"]
+    assert trials[0]["nprobe"] == fixed_info["params"]["nprobe"] == 16 and trials[-1]["nprobe"] == params["nprobe"]
+    assert trials[0]["ci_low"] < 0.95 <= trials[-1]["ci_low"] and params["nprobe"] > 16
+    assert params["tune_queries"] == 2000 and params["max_nprobe"] == 256 // 4
+    # the recall met on the tuning queries holds on all rows, and so does the reported bound
+    assert _recall(I, exact) >= 0.95
+    assert abs(info["recall"] - _recall(I, exact)) < 0.01
+    other = nb.knn_indices(X + _rng(4).normal(scale=0.8, size=X.shape).astype(np.float32), k=10)
+    error = abs(ag.overlap_from_indices(I, other).mean() - ag.overlap_from_indices(exact, other).mean())
+    assert error <= info["error_bound"] == pytest.approx(1 - info["recall_ci"][0])
+    # the probes are the fewest whose cells hold enough neighbours: one fewer would not have been chosen
+    assert params["nprobe"] < 2 * 16 * 2
+
+
+def test_target_recall_reranks_more_when_the_codes_lose_neighbours():
+    X = _hard()
+    I, info = ann.knn_search(X, k=10, index="ivfpq", recall_sample=1000)
+    trials = info["params"]["tuning"]
+    assert info["target_met"] is True and _recall(I, nb.knn_indices(X, k=10)) >= 0.95
+    # first more cells, then (the cells hold the neighbours, 4-byte codes lose them) a deeper re-ranking
+    assert trials[1]["nprobe"] > trials[0]["nprobe"] and trials[1]["refine_factor"] == 8
+    assert trials[-1]["refine_factor"] > 8 and trials[-1]["nprobe"] == trials[1]["nprobe"]
+
+
+def test_target_recall_budgets_and_bad_options(caplog):
+    X = _hard(4000)
+    with caplog.at_level("WARNING", logger="crslib.ann"):
+        _, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500, tune_seconds=1e-9)
+    assert len(info["params"]["tuning"]) == 1 and info["target_met"] is False  # the time budget: one trial
+    assert "target 0.950 not met" in caplog.text
+    _, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500, nprobe=3)
+    assert info["params"]["nprobe"] == 3 and info["target_met"] is None  # an explicit depth is not tuned
+    for bad in (0, 1.5, -0.1, "0.9", True):
+        with pytest.raises(InputError, match="target_recall"):
+            ann.knn_search(X, index="ivf", target_recall=bad)
+        with pytest.raises(InputError, match="target_recall"):
+            ag.agreement_matrix({"a": X, "b": X}, target_recall=bad)
+    with pytest.raises(InputError, match="max_probe_share"):
+        ann.knn_search(X, index="ivf", max_probe_share=0)
+    with pytest.raises(InputError, match="tune_seconds"):
+        ann.knn_search(X, index="ivf", tune_seconds=0)
+
+
+def test_knn_recall_on_held_out_rows():
+    X = _clustered(600, d=8, n_centres=20, seed=2)
+    exact = nb.knn_indices(X, k=5)
+    held = np.arange(0, 600, 3)
+    res = ann.knn_recall(X, exact, sample=10_000, exclude_rows=held)
+    assert res.n_sample == 400 and not np.isin(res.rows, held).any() and res.recall == 1.0
+    assert res.ci_low < 1.0 == pytest.approx(res.ci_high)  # 400 of 600 rows: a sample, not every row
+    wrong = np.roll(exact, 1, axis=0)
+    part = ann.knn_recall(X, wrong, sample=50, exclude_rows=held, random_state=3)
+    assert part.n_sample == 50 and not np.isin(part.rows, held).any()
+    assert part.recall == pytest.approx(np.mean(ag.overlap_from_indices(wrong[part.rows], exact[part.rows])))
+    for bad, match in [(np.arange(600), "leaves no row"), ([600], "lie in"), ([-1], "lie in"), ([[1]], "1-D"),
+                       ([0.5], "1-D")]:
+        with pytest.raises(InputError, match=match):
+            ann.knn_recall(X, exact, exclude_rows=bad)
 
 
 def _models(n=3000, seed=11):
@@ -410,10 +492,28 @@ def test_knn_search_on_dask_equals_in_process(client):
         shards, dinfo = ann.knn_search(X, k=10, exclude_groups=groups, client=client, query_block=block)
         np.testing.assert_array_equal(shards, local)
         assert dinfo["index"] == "exact"
-    local, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500)
-    remote, rinfo = ann.knn_search(X, k=10, index="ivf", recall_sample=500, client=client)
+    # ties: every row three times, so neighbours tie in score and only the index rule orders them
+    tied = np.repeat(rng.normal(size=(700, 8)), 3, axis=0)
+    local_tied, _ = ann.knn_search(tied, k=10)
+    shards, _ = ann.knn_search(tied, k=10, client=client, query_block=333)
+    np.testing.assert_array_equal(shards, local_tied)
+    assert (local_tied[0, :2] == [1, 2]).all()  # the two copies of row 0 first, in index order
+    local, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500, target_recall=0.5)
+    remote, rinfo = ann.knn_search(X, k=10, index="ivf", recall_sample=500, target_recall=0.5, client=client)
     np.testing.assert_array_equal(remote, local)
     assert rinfo["recall"] == info["recall"] and rinfo["recall_ci"] == info["recall_ci"]
+    assert info["target_met"] is True and rinfo["params"] == info["params"]
+    # A target out of reach (16-d Gaussian noise has no near neighbours for cells to hold): in process the
+    # search runs at the deepest setting tried and says so; with workers it becomes the exact search
+    local, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500, target_recall=0.99, max_probe_share=0.3)
+    assert info["index"] == "ivf" and info["target_met"] is False and info["fallback"] is None
+    assert info["params"]["nprobe"] == info["params"]["max_nprobe"] == 22  # 0.3 of 76 cells
+    assert info["error_bound"] == pytest.approx(1 - info["recall_ci"][0]) and info["error_bound"] > 0.01
+    remote, rinfo = ann.knn_search(X, k=10, index="ivf", recall_sample=500, target_recall=0.99, max_probe_share=0.3,
+                                   client=client)
+    np.testing.assert_array_equal(remote, nb.knn_indices(X, k=10))
+    assert rinfo["index"] == "exact" and rinfo["recall"] is None and rinfo["error_bound"] == 0.0
+    assert "target 0.99 not met by ivf" in rinfo["fallback"] and rinfo["params"]["target_met"] is False
 
 
 def test_agreement_matrix_on_dask_equals_in_process(client):
@@ -456,3 +556,25 @@ def test_openblas_coretype_hint_without_flags_or_file_is_none(tmp_path):
     lookalike = tmp_path / "lookalike"
     lookalike.write_text("flags\t: avx2x fmax avx512fx\n")
     assert nb._openblas_coretype_hint(lookalike) is None
+
+
+def test_few_queries_of_many_rows_search_without_copying_the_rows(monkeypatch):
+    """knn_indices(queries=...) of at most a quarter of rows larger than the search budget takes the torch
+    back-end (no copy of the rows into a faiss index) and finds the same neighbours."""
+    X = _clustered(2000, d=16, n_centres=40, seed=21)
+    rows = np.arange(0, 2000, 5)  # 400 queries: a fifth of the rows
+    reference = nb.knn_indices(X, k=10, queries=rows, backend="faiss")
+    chosen = []
+    searcher = nb._Searcher
+
+    class Spy(searcher):
+        def __init__(self, X, metric, backend, *args, **kwargs):
+            chosen.append(backend)
+            super().__init__(X, metric, backend, *args, **kwargs)
+
+    monkeypatch.setattr(nb, "_Searcher", Spy)
+    np.testing.assert_array_equal(nb.knn_indices(X, k=10, queries=rows), reference)
+    monkeypatch.setattr(nb, "_SEARCH_BUDGET", X.nbytes - 1)  # the rows now outgrow the budget
+    np.testing.assert_array_equal(nb.knn_indices(X, k=10, queries=rows), reference)
+    np.testing.assert_array_equal(nb.knn_indices(X, k=10, queries=np.arange(501)), nb.knn_indices(X, k=10)[:501])
+    assert chosen == ["auto", "torch", "auto", "auto"]  # small rows; a fifth of large rows; over a quarter; all

@@ -128,6 +128,11 @@ def test_cli_writes_the_json_and_exits_by_the_gate(tmp_path: Path, monkeypatch, 
     status, report, err = compare("unrelated")  # no gate: no verdict, exit 0
     assert status == 0 and report["min_overlap"] is None and report["passed"] is None
 
+    # the recall target of an approximate search is checked even where the search stays exact
+    status = main(["compare", "--old", "old-model", "--new", "scaled", "--data", "stub", "--no-reference",
+                   "--target-recall", "1.5", "--out", str(tmp_path / "bad")])
+    assert status == 2 and "target_recall must be a number in (0, 1], got 1.5" in capsys.readouterr().err
+
 
 def test_label_frame_binarises_named_classes() -> None:
     frame = binary_label_frame(pd.DataFrame({"label": ["NORMAL", "PNEUMONIA", "NORMAL"]}), ["label"])
