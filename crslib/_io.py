@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,11 @@ _CHUNK = 1 << 20
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
     """Write ``data`` to ``path`` through a temporary file and a rename, so a
     reader never sees a half-written file and a killed writer leaves none."""
+    return _atomic_write(path, lambda handle: handle.write(data))
+
+
+def _atomic_write(path: str | os.PathLike, write: Callable[[Any], Any]) -> Path:
+    """Call ``write(handle)`` on a temporary file beside ``path``, then rename it to ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -27,7 +31,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
         # folder or a web server can read a run folder's files
         os.chmod(tmp, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
+            write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -61,10 +65,8 @@ def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
 
 
 def atomic_save_npy(path: str | os.PathLike, array: np.ndarray) -> Path:
-    """Save one array in ``.npy`` format, atomically."""
-    buffer = io.BytesIO()
-    np.save(buffer, np.ascontiguousarray(array), allow_pickle=False)
-    return atomic_write_bytes(path, buffer.getvalue())
+    """Save one array in ``.npy`` format, atomically (streamed to the file: no second copy in memory)."""
+    return _atomic_write(path, lambda handle: np.save(handle, np.ascontiguousarray(array), allow_pickle=False))
 
 
 def file_sha256(path: str | os.PathLike) -> str:

@@ -18,7 +18,8 @@ from crslib.errors import InputError
 
 
 def as_embeddings(X: Any, name: str = "X", dtype: Any = np.float32) -> np.ndarray:
-    """Validated C-contiguous view or copy (float32 by default) of a 2-D embedding array."""
+    """Validated C-contiguous view or copy (float32 by default; ``dtype=None`` keeps the input's, so a
+    float16 or memory-mapped array is checked without a full copy) of a 2-D embedding array."""
     try:
         arr = np.asarray(X)
     except Exception as exc:  # pragma: no cover - exotic inputs

@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from crslib._validation import (
-    as_embeddings,
     check_k,
     check_positive_int,
     check_random_state,
@@ -125,6 +124,10 @@ def _pq_subquantizers(d: int) -> int:
     return next(m for m in range(target, d + 1) if d % m == 0)
 
 
+#: Rows added to an index at a time.
+_ADD_BLOCK = 65_536
+
+
 def _build_approx_index(Xw: np.ndarray, metric: str, method: str, *, nlist: int, hnsw_m: int, seed: int | None):
     faiss = _import_faiss()
     if faiss is None:
@@ -153,7 +156,9 @@ def _build_approx_index(Xw: np.ndarray, metric: str, method: str, *, nlist: int,
     m = min(n, max(nlist * 40, 50_000))
     train = Xw if m >= n else Xw[np.sort(rng.choice(n, size=m, replace=False))]
     index.train(train)
-    index.add(Xw)
+    del train  # the sample is a copy: gone before the codes are added
+    for s in range(0, n, _ADD_BLOCK):  # blocks bound the temporaries (residuals) of adding
+        index.add(np.ascontiguousarray(Xw[s : s + _ADD_BLOCK]))
     return index, quantizer  # the quantizer must outlive the index
 
 
@@ -244,9 +249,9 @@ def _tune_depth(
     while True:
         _set_depth(index, method, depth.get("nprobe", 0), depth.get("ef_search", 0), kk)
         fetch = _fetch_count(method, kk, depth.get("refine_factor", 1), n)
-        ids = np.concatenate([_search_rows(index, Xw, rows[s : s + _query_step(fetch)], k=k, fetch=fetch,
-                                           metric=metric, gcodes=gcodes, method=method)[0]
-                              for s in range(0, len(rows), _query_step(fetch))])
+        step = _query_step(fetch)
+        ids = np.concatenate([_search_rows(index, Xw, rows[s : s + step], k=k, fetch=fetch, metric=metric,
+                                           gcodes=gcodes, method=method)[0] for s in range(0, len(rows), step)])
         recall = float(_intersections(ids, exact).mean() / k)
         low = _recall_interval(recall, len(rows), n)[0]
         trials.append({**depth, "recall": round(recall, 4), "ci_low": round(low, 4)})
@@ -596,9 +601,11 @@ def _search(
     seed = check_random_state(random_state)
     if metric not in METRICS:
         raise InputError(f"metric must be one of {METRICS}, got {metric!r}")
-    # Validated float32 rows, so every task (and the in-process path) searches
-    # bit-identical input; knn_indices converts to exactly this array anyway.
-    Xw = as_embeddings(X, "X")
+    # The prepared rows once, here: every task (and the in-process path) then
+    # searches bit-identical input, and a memory-mapped or float16 X becomes one
+    # float32 working array (cosine rows, normalised, search as inner products).
+    Xw, _ = _prepare(X, metric)
+    metric = _on_prepared(metric)
     n = Xw.shape[0]
     k = check_k(k, n)
     gcodes = _group_codes(exclude_groups, n, k)  # fails here, not in a task on a worker
@@ -610,24 +617,21 @@ def _search(
         method = "exact" if n <= threshold else ("ivfpq" if n >= PQ_MIN_ROWS else "ivf")
     else:
         method = index
-    shared = {"X": Xw, "k": k, "metric": metric, "exclude_groups": gcodes}
+    shared = {"X": Xw, "k": k, "metric": metric, "exclude_groups": gcodes}  # what the exact tasks take
     recall = None
     params = None
     fallback = None
     if method != "exact":
-        shared.update(method=method, recall_sample=recall_sample, random_state=seed, nprobe=nprobe,
+        approx = dict(shared, method=method, recall_sample=recall_sample, random_state=seed, nprobe=nprobe,
                       target_recall=target_recall, max_probe_share=max_probe_share, tune_seconds=tune_seconds,
                       stop_if_unmet=client is not None)
-        ((ids, recall, params),) = run_tasks(client, _approx_knn_task, [()], shared=shared)
+        ((ids, recall, params),) = run_tasks(client, _approx_knn_task, [()], shared=approx)
         if ids is None:
             # the target was out of reach within the budget, and there are workers: exact instead
             fallback = (f"recall@{k} target {target_recall} not met by {method} within the budget "
                         f"(lower bound {params['tuning'][-1]['ci_low']:.3f}); exact search on the cluster instead")
             log.warning("approximate kNN: %s", fallback)
             method = "exact"
-            for key in ("method", "recall_sample", "random_state", "nprobe", "target_recall", "max_probe_share",
-                        "tune_seconds", "stop_if_unmet"):
-                shared.pop(key)
     if method == "exact":
         if client is None:
             ids = knn_indices(Xw, k=k, metric=metric, exclude_groups=gcodes, device=device)

@@ -60,7 +60,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
 
     from crslib._io import atomic_save_npy
     from crslib.data import load_data
-    from crslib.embed import extract_embeddings
+    from crslib.embed import extract_embeddings, save_embeddings
     from crslib.models import load_encoder
 
     manifest = load_data(args.data)
@@ -91,7 +91,7 @@ def _cmd_embed(args: argparse.Namespace) -> int:
     )
     if args.out:
         out = Path(args.out)
-        atomic_save_npy(out, result.X)
+        save_embeddings(out, result.X, dtype=args.store)
         atomic_save_npy(out.with_name(out.stem + "_image_ids.npy"), np.asarray(result.image_ids, dtype=str))
         print(f"saved {out}")
     return 0
@@ -410,6 +410,9 @@ def _add_embed_command(sub: argparse._SubParsersAction) -> None:
                    help="which frame of a multi-frame DICOM file is the image: the middle one (default), "
                    "the first, or all (their mean); single-frame files read the same under each")
     p.add_argument("--out", metavar="FILE.npy", help="also save the embeddings (and FILE_image_ids.npy)")
+    p.add_argument("--store", choices=("float32", "float16"), default="float32",
+                   help="number type of --out: float16 halves the file and the memory a search maps "
+                   "(see crslib.embed.save_embeddings for its measured effect on neighbours)")
     _add_scheduler(p)
     _add_device(p, amp=True)
     p.set_defaults(func=_cmd_embed)

@@ -48,13 +48,17 @@ import pandas as pd
 
 import crslib  # noqa: F401  (applies the torchvision import fix before torch)
 from crslib._io import atomic_save_npy, atomic_write_json, digest_of, file_sha256
+from crslib._validation import as_embeddings
 from crslib.config import cache_dir, progress_enabled
 from crslib.models import Encoder
 from crslib.errors import DataError, ImageReadError, InputError, ModelError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["EMBEDDING_FORMAT_VERSION", "Embeddings", "extract_embeddings", "image_hashes"]
+__all__ = [
+    "EMBEDDING_FORMAT_VERSION", "Embeddings", "STORE_DTYPES", "extract_embeddings", "image_hashes", "load_embeddings",
+    "save_embeddings",
+]
 
 #: Bump when the way embeddings are computed or stored changes; old cache
 #: entries are then ignored.
@@ -193,6 +197,7 @@ class _Shard:
     X: np.ndarray | None = None
     failed: dict[int, str] = field(default_factory=dict)  # local index -> reason
     from_cache: bool = False
+    dim: int | None = None  # of a cached shard whose rows stay on disk until assembly (X is None)
 
 
 def _shard_files(root: Path, key: str) -> tuple[Path, Path]:
@@ -200,13 +205,16 @@ def _shard_files(root: Path, key: str) -> tuple[Path, Path]:
     return folder / f"{key}.npy", folder / f"{key}.json"
 
 
-def _load_shard(root: Path, shard: _Shard) -> bool:
+def _load_shard(root: Path, shard: _Shard, *, keep: bool = True) -> bool:
+    """Check a cached shard where it lies (memory-mapped: no copy of it in memory) and record it;
+    ``keep`` also reads its rows into ``shard.X``, else they are read at assembly
+    (:func:`_shard_rows`), so a cache of many shards never sits in memory beside the result."""
     npy, meta_path = _shard_files(root, shard.key)
     if not npy.exists() or not meta_path.exists():
         return False
     try:
         meta = json.loads(meta_path.read_text(encoding="utf-8"))
-        X = np.load(npy, allow_pickle=False)
+        X = np.load(npy, mmap_mode="r", allow_pickle=False)
         rows, dim = int(meta["rows"]), int(meta["dim"])
         if X.dtype != np.float32 or X.shape != (rows, dim) or rows != len(shard.positions):
             raise ValueError(f"shape {X.shape} {X.dtype}, expected ({len(shard.positions)}, {dim}) float32")
@@ -215,11 +223,19 @@ def _load_shard(root: Path, shard: _Shard) -> bool:
         ok[list(failed)] = False
         if not np.isfinite(X[ok]).all():
             raise ValueError("non-finite values")
+        X = np.array(X) if keep else None  # np.array copies: the mapping (and its file handle) goes now
     except Exception as exc:  # noqa: BLE001 - any damage means: recompute
         log.warning("cache shard %s is damaged (%s); recomputing it", npy, exc)
         return False
-    shard.X, shard.failed, shard.from_cache = X, failed, True
+    shard.X, shard.failed, shard.from_cache, shard.dim = X, failed, True, dim
     return True
+
+
+def _shard_rows(root: Path, shard: _Shard) -> np.ndarray:
+    """The rows of a shard: in memory, or read from the cache file :func:`_load_shard` checked."""
+    if shard.X is not None:
+        return shard.X
+    return np.load(_shard_files(root, shard.key)[0], mmap_mode="r", allow_pickle=False)
 
 
 def _save_shard(root: Path, shard: _Shard, encoder_name: str) -> None:
@@ -499,7 +515,7 @@ def extract_embeddings(
 
     if cache:
         for shard in shards:
-            _load_shard(root, shard)
+            _load_shard(root, shard, keep=False)
     if on_error == "raise":
         # Fail before computing anything when a file is missing or a cached
         # shard remembers an unreadable image: the first in manifest order.
@@ -526,7 +542,7 @@ def extract_embeddings(
         )
 
     # 4. assemble in manifest order
-    dim = next((s.X.shape[1] for s in shards if s.X is not None), None)
+    dim = next((s.X.shape[1] if s.X is not None else s.dim for s in shards if s.X is not None or s.dim), None)
     if dim is None:
         dim = int(encoder.embedding_dim)
     row_of: dict[int, tuple[_Shard, int]] = {}
@@ -541,7 +557,7 @@ def extract_embeddings(
     cursor = 0
     for shard in shards:
         ok = np.array([local not in shard.failed for local in range(len(shard.positions))], dtype=bool)
-        block = shard.X[ok]
+        block = _shard_rows(root, shard)[ok]
         X[cursor:cursor + len(block)] = block
         cursor += len(block)
     skipped = pd.DataFrame(
@@ -774,3 +790,85 @@ def embed_models(
             kept = result.image_ids
             out[name] = result.X
     return out
+
+
+#: Storage types of :func:`save_embeddings`.
+STORE_DTYPES = ("float32", "float16")
+
+
+def save_embeddings(path: str | os.PathLike, X: Any, *, dtype: str = "float32") -> Path:
+    """Save embeddings as a ``.npy`` file that :func:`load_embeddings` maps from disk.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The ``.npy`` file, written atomically.
+    X : array-like of shape (N, d)
+        Finite embeddings.
+    dtype : {"float32", "float16"}
+        ``"float16"`` halves the file and the memory a search reads from it.
+        It rounds each value to 11 significant bits, which moves a few
+        near-tied neighbours: on ``bench/bench_scale.py``'s clustered data
+        (N = 20,000, d = 512) the exact cosine neighbours from float16 kept
+        0.99992 and 0.99996 of the float32 ones for two models (recall@10;
+        15 and 7 of 200,000 neighbours changed), and the models' overlap
+        moved from 0.84126 to 0.84124. Values beyond
+        65,504 in size do not fit and are refused.
+
+    Returns
+    -------
+    Path
+
+    Examples
+    --------
+    >>> import tempfile, numpy as np
+    >>> folder = tempfile.mkdtemp()
+    >>> X = np.arange(6, dtype=np.float32).reshape(3, 2) / 7
+    >>> path = save_embeddings(f"{folder}/emb.npy", X, dtype="float16")
+    >>> Y = load_embeddings(path)
+    >>> Y.dtype, Y.shape, float(np.abs(Y - X).max()) < 1e-3
+    (dtype('float16'), (3, 2), True)
+    """
+    if dtype not in STORE_DTYPES:
+        raise InputError(f"dtype must be one of {STORE_DTYPES}, got {dtype!r}")
+    arr = as_embeddings(X, "X", dtype=None)
+    out = np.empty(arr.shape, dtype=dtype)
+    step = max(1, (16 * 2**20) // max(1, arr.shape[1] * 8))
+    for s in range(0, len(arr), step):
+        block = arr[s : s + step].astype(np.float64)
+        beyond = np.flatnonzero(np.abs(block).max(axis=1) > np.finfo(np.float16).max) if dtype == "float16" else []
+        if len(beyond):
+            raise InputError(f"X has values beyond float16's range ({np.finfo(np.float16).max:g}), first in row "
+                             f"{s + beyond[0]}; store it as float32")
+        out[s : s + step] = block
+    return atomic_save_npy(path, out)
+
+
+def load_embeddings(path: str | os.PathLike, *, mmap: bool = True) -> np.ndarray:
+    """Embeddings saved by :func:`save_embeddings` or ``crs embed --out``, memory-mapped by default.
+
+    A mapped array stays on disk: the search functions (:func:`crslib.ann.knn_search`,
+    :func:`crslib.agreement.agreement_matrix`) read it in blocks, so at a million
+    images two models' embeddings need not fit in memory together.
+
+    Parameters
+    ----------
+    path : str or path-like
+        A ``.npy`` file of a 2-D float array.
+    mmap : bool
+        Map the file read-only (default) instead of reading it into memory.
+
+    Returns
+    -------
+    numpy.ndarray of shape (N, d)
+        float32 or float16, as stored.
+    """
+    try:
+        arr = np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except FileNotFoundError:
+        raise InputError(f"no embeddings file at {path}") from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{path} is not a .npy array of embeddings ({exc})") from None
+    if arr.ndim != 2 or arr.dtype.kind != "f":
+        raise InputError(f"{path} holds a {arr.ndim}-D {arr.dtype} array; embeddings are 2-D floats")
+    return arr

@@ -104,24 +104,33 @@ def _row_norms(X: np.ndarray) -> np.ndarray:
 
 
 def _prepare(X: Any, metric: str, name: str = "X") -> tuple[np.ndarray, np.ndarray]:
-    """Validated working copy (normalised for cosine) and row norms of it."""
+    """Validated float32 working array (normalised for cosine) and row norms of it.
+
+    A float32 C-contiguous input (a memory-mapped ``.npy`` included) is used as it
+    is for "ip" and "euclidean"; cosine builds its normalised copy block by block
+    from the input's own dtype (a float16 file becomes one float32 array, not two),
+    so that copy is the only full array this makes."""
     if metric not in METRICS:
         raise InputError(f"metric must be one of {METRICS}, got {metric!r}")
-    arr = as_embeddings(X, name)
-    norms = _row_norms(arr)
-    if metric == "cosine":
-        zero = norms == 0
-        if zero.any():
-            bad = np.flatnonzero(zero)
-            raise InputError(
-                f"{name} has {bad.size} all-zero row(s) (first {bad[:5].tolist()}), whose cosine "
-                "similarity is undefined; check the encoder output (constant zero embeddings) or use metric='ip'"
-            )
-        work = arr / norms[:, None].astype(np.float32)  # a new array: the input is never modified
-        norms = _row_norms(work)
-    else:
-        work = arr  # never written to: faiss copies it into its index, torch only reads it
-    return np.ascontiguousarray(work, dtype=np.float32), norms
+    if metric != "cosine":
+        work = as_embeddings(X, name)  # never written to: faiss copies it into its index, torch only reads it
+        return work, _row_norms(work)
+    arr = as_embeddings(X, name, dtype=None)
+    n, d = arr.shape
+    step = max(1, (16 * 2**20) // max(1, d * 8))
+    norms = np.concatenate([_row_norms(arr[s : s + step].astype(np.float32)) for s in range(0, n, step)])
+    zero = norms == 0
+    if zero.any():
+        bad = np.flatnonzero(zero)
+        raise InputError(
+            f"{name} has {bad.size} all-zero row(s) (first {bad[:5].tolist()}), whose cosine "
+            "similarity is undefined; check the encoder output (constant zero embeddings) or use metric='ip'"
+        )
+    work = np.empty((n, d), dtype=np.float32)  # a new array: the input is never modified
+    scale = norms.astype(np.float32)[:, None]
+    for s in range(0, n, step):
+        work[s : s + step] = arr[s : s + step].astype(np.float32) / scale[s : s + step]
+    return work, _row_norms(work)
 
 
 # =========================================================================== search back-ends

@@ -578,3 +578,63 @@ def test_few_queries_of_many_rows_search_without_copying_the_rows(monkeypatch):
     np.testing.assert_array_equal(nb.knn_indices(X, k=10, queries=rows), reference)
     np.testing.assert_array_equal(nb.knn_indices(X, k=10, queries=np.arange(501)), nb.knn_indices(X, k=10)[:501])
     assert chosen == ["auto", "torch", "auto", "auto"]  # small rows; a fifth of large rows; over a quarter; all
+
+
+# --------------------------------------------------------------------------- embeddings on disk, float16
+
+
+def test_prepare_reads_float16_and_mapped_files_into_one_float32_array(tmp_path):
+    from crslib.embed import load_embeddings, save_embeddings
+
+    X = _clustered(3000, d=48, seed=7)
+    X[5] *= 1e-3  # a short row: normalised by its own norm, not by a neighbour's
+    mapped = load_embeddings(save_embeddings(tmp_path / "x32.npy", X))
+    assert isinstance(mapped, np.memmap) and not mapped.flags.writeable
+    # cosine: the normalised rows are bit-identical to those of the array in memory
+    work, norms = nb._prepare(X, "cosine")
+    work_mapped, norms_mapped = nb._prepare(mapped, "cosine")
+    assert np.array_equal(work, work_mapped) and np.array_equal(norms, norms_mapped)
+    assert np.allclose(np.linalg.norm(work, axis=1), 1, atol=1e-6)
+    # ip and euclidean search the mapped file itself: no copy of it in memory
+    for metric in ("ip", "euclidean"):
+        assert np.shares_memory(nb._prepare(mapped, metric)[0], mapped)
+    # float16 becomes float32 rows equal to converting first (one array, not two)
+    half = load_embeddings(save_embeddings(tmp_path / "x16.npy", X, dtype="float16"))
+    assert half.dtype == np.float16 and (tmp_path / "x16.npy").stat().st_size < 0.55 * (tmp_path / "x32.npy").stat().st_size
+    work_half, _ = nb._prepare(half, "cosine")
+    assert work_half.dtype == np.float32
+    assert np.array_equal(work_half, nb._prepare(np.asarray(half, dtype=np.float32), "cosine")[0])
+    # zero rows are refused whatever the storage
+    Z = X.copy()
+    Z[[3, 9]] = 0
+    with pytest.raises(InputError, match=r"2 all-zero row\(s\) \(first \[3, 9\]\)"):
+        nb._prepare(load_embeddings(save_embeddings(tmp_path / "z.npy", Z, dtype="float16")), "cosine")
+
+
+def test_search_and_agreement_on_mapped_files_equal_the_arrays_in_memory(tmp_path):
+    from crslib.embed import load_embeddings, save_embeddings
+
+    models = {"a": _hard(), "b": _hard() + _rng(2).normal(scale=0.5, size=_hard().shape).astype(np.float32)}
+    mapped = {name: load_embeddings(save_embeddings(tmp_path / f"{name}.npy", X)) for name, X in models.items()}
+    for index in ("exact", "ivfpq"):
+        ids, info = ann.knn_search(models["a"], k=10, index=index, recall_sample=500)
+        ids_mapped, info_mapped = ann.knn_search(mapped["a"], k=10, index=index, recall_sample=500)
+        assert np.array_equal(ids, ids_mapped)
+        assert info["recall"] == info_mapped["recall"]
+    in_memory = ag.agreement_matrix(models, k=10, threshold=0, recall_sample=500)
+    on_disk = ag.agreement_matrix(mapped, k=10, threshold=0, recall_sample=500)
+    assert on_disk.overlap.equals(in_memory.overlap)
+    assert on_disk.search["a"]["params"]["nprobe"] == in_memory.search["a"]["params"]["nprobe"]
+    for X in mapped.values():  # read, never written
+        assert not X.flags.writeable
+
+
+def test_float16_storage_keeps_the_neighbours_of_clustered_embeddings(tmp_path):
+    from crslib.embed import save_embeddings, load_embeddings
+
+    X = _clustered(4000, d=128, seed=9)
+    exact = nb.knn_indices(X, k=10)
+    half = load_embeddings(save_embeddings(tmp_path / "h.npy", X, dtype="float16"))
+    kept = _recall(ann.knn_search(half, k=10, index="exact")[0], exact)
+    # rounding to 11 significant bits moves only near-tied neighbours
+    assert 0.97 <= kept < 1.0

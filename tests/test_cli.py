@@ -72,13 +72,17 @@ def test_phantom_then_embed_then_cache_hit(tmp_path: Path) -> None:
     first = crs("embed", "--data", str(out), "--model", spec, "--out", str(tmp_path / "X.npy"), env=own_cache)
     assert first.returncode == 0, first.stderr
     assert "computed" in first.stdout
-    second = crs("embed", "--data", str(out), "--model", spec, env=own_cache)
+    second = crs("embed", "--data", str(out), "--model", spec, "--out", str(tmp_path / "H.npy"), "--store",
+                 "float16", env=own_cache)
     assert second.returncode == 0, second.stderr
     assert "cache hit" in second.stdout
     import numpy as np
     X = np.load(tmp_path / "X.npy")
     ids = np.load(tmp_path / "X_image_ids.npy")
-    assert X.shape[0] == len(ids) > 0
+    assert X.shape[0] == len(ids) > 0 and X.dtype == np.float32
+    # the cache hit (its shards read from disk at assembly) gives the same rows, stored as float16
+    half = np.load(tmp_path / "H.npy")
+    assert half.dtype == np.float16 and np.array_equal(half, X.astype(np.float16))
 
 
 def test_truncated_jpeg_is_named(tmp_path: Path) -> None:

@@ -317,3 +317,38 @@ def test_embed_models_refuses_rows_that_would_not_align(dataset, monkeypatch):
                         lambda m, enc, **kw: SimpleNamespace(X=np.zeros((2, 3)), image_ids=ids[enc.name]))
     with pytest.raises(InputError, match="model b skipped other images than the models before it"):
         embed_mod.embed_models(dataset, ["a", "b"], on_error="skip")
+
+
+# --------------------------------------------------------------------------- saved embeddings
+
+
+def test_save_and_load_embeddings_round_trip_and_refuse_bad_input(tmp_path):
+    from crslib.embed import load_embeddings, save_embeddings
+
+    X = np.random.default_rng(0).normal(size=(50, 6)).astype(np.float32)
+    path = save_embeddings(tmp_path / "e.npy", X)
+    assert np.array_equal(load_embeddings(path), X) and isinstance(load_embeddings(path), np.memmap)
+    in_memory = load_embeddings(path, mmap=False)
+    assert not isinstance(in_memory, np.memmap) and np.array_equal(in_memory, X)
+    half = load_embeddings(save_embeddings(tmp_path / "h.npy", X.astype(np.float64), dtype="float16"))
+    assert half.dtype == np.float16
+    assert np.allclose(half, X, rtol=2**-11, atol=0) and not np.array_equal(half.astype(np.float32), X)
+    with pytest.raises(InputError, match=r"dtype must be one of \('float32', 'float16'\), got 'int8'"):
+        save_embeddings(tmp_path / "x.npy", X, dtype="int8")
+    big = X.copy()
+    big[30, 2] = 70_000.0
+    with pytest.raises(InputError, match=r"beyond float16's range \(65504\), first in row 30; store it as float32"):
+        save_embeddings(tmp_path / "x.npy", big, dtype="float16")
+    assert not (tmp_path / "x.npy").exists()
+    bad = X.copy()
+    bad[4, 0] = np.nan
+    with pytest.raises(InputError, match=r"NaN or infinite values in 1 row\(s\), first rows \[4\]"):
+        save_embeddings(tmp_path / "x.npy", bad)
+    with pytest.raises(InputError, match="no embeddings file at"):
+        load_embeddings(tmp_path / "missing.npy")
+    np.save(tmp_path / "flat.npy", np.arange(5.0))
+    with pytest.raises(InputError, match="holds a 1-D float64 array; embeddings are 2-D floats"):
+        load_embeddings(tmp_path / "flat.npy")
+    (tmp_path / "text.npy").write_text("not an array")
+    with pytest.raises(InputError, match="is not a .npy array of embeddings"):
+        load_embeddings(tmp_path / "text.npy")
