@@ -177,7 +177,7 @@ def select_candidate(candidates: pd.DataFrame, val_row_losses: dict[str, np.ndar
         One row per candidate: ``candidate``, ``kind``, ``members``,
         ``val_loss``, ``val_loss_low``, ``val_loss_high``, ``gap`` (loss minus
         the lowest single-encoder loss) with ``gap_low`` / ``gap_high``,
-        ``within_noise`` (its gap's interval reaches 0), ``gain_low`` /
+        ``within_noise`` (its gap's interval contains 0), ``gain_low`` /
         ``gain_high`` (combinations: paired gain over the single candidate
         with the lowest loss), ``evidence`` (that gain's lower bound is above 0),
         ``kept`` (the single candidate the tie rule keeps), ``chosen`` and
@@ -199,7 +199,8 @@ def select_candidate(candidates: pd.DataFrame, val_row_losses: dict[str, np.ndar
     table["gap"] = table["val_loss"] - best_loss
     table["gap_low"] = [gaps[c][0] for c in table["candidate"]]
     table["gap_high"] = [gaps[c][1] for c in table["candidate"]]
-    table["within_noise"] = table["gap_low"] <= 0
+    # a combination clearly below the best single's loss has an interval wholly under 0: not "noise"
+    table["within_noise"] = (table["gap_low"] <= 0) & (table["gap_high"] >= 0)
 
     gain = {}
     for c in table.loc[table["kind"] != "single", "candidate"]:

@@ -112,7 +112,10 @@ def test_combination_needs_a_lower_bound_above_zero_not_a_positive_point_gain():
     assert selected == "a/linear" and "not selected" in union["why"]
     clear = {"a/linear": single, "union/linear": single - 0.1}
     selected, sel = select_candidate(table, clear, counts, loss="log_loss", confidence=0.95)
-    assert selected == "union/linear" and sel.set_index("candidate").loc["union/linear", "gain_low"] > 0
+    clear_union = sel.set_index("candidate").loc["union/linear"]
+    assert selected == "union/linear" and clear_union["gain_low"] > 0
+    # clearly below the single's loss is not "within the noise" of it
+    assert clear_union["gap_high"] < 0 and not clear_union["within_noise"]
 
 
 def test_greedy_forward_selection_stops_when_nothing_lowers_the_loss():
