@@ -260,9 +260,10 @@ def agreement_matrix(
     metric : {"cosine", "ip", "euclidean"}
     return_per_image : bool
         Also return the per-image overlaps of every pair.
-    index : {"auto", "exact", "ivf", "ivfpq", "hnsw"}
+    index : {"auto", "exact", "ivf", "ivfpq", "hnsw", "hnswsq"}
         Neighbour search per model (:func:`knn_search`): ``"auto"`` is
-        exact up to ``threshold`` images and IVF-PQ above.
+        exact up to ``threshold`` images and above it an HNSW graph over
+        8-bit codes whose candidates are re-ranked exactly (``"hnswsq"``).
     threshold : int
         See :data:`APPROX_THRESHOLD`.
     recall_sample : int

@@ -3,10 +3,12 @@
 Exact search (:mod:`crslib.neighbors`) costs O(N^2 d). :func:`knn_search`
 (used by :func:`crslib.agreement.agreement_matrix`) stays exact up to
 :data:`APPROX_THRESHOLD` images and switches to an approximate faiss index
-(IVF-PQ with exact re-ranking; IVF-Flat or HNSW on request) above it, with
+(an HNSW graph over 8-bit codes with exact re-ranking; IVF-Flat, IVF-PQ or
+HNSW on full rows on request) above it, with
 the same conventions (self and group excluded by index, ties by index).
 A fixed search depth loses recall as N grows, so :func:`knn_search` first
-tunes the depth (cells probed, candidates re-ranked) on held-out queries
+tunes the depth (the graph's search pool, cells probed, candidates
+re-ranked) on held-out queries
 until the lower end of the recall's interval reaches ``target_recall``,
 then measures the recall it got on other queries (:mod:`crslib.recall`),
 which bounds the error of every overlap computed from it. With a Dask
@@ -72,7 +74,10 @@ __all__ = [
 #: dominates a run with many models.
 APPROX_THRESHOLD = 200_000
 
-APPROX_METHODS = ("ivf", "ivfpq", "hnsw")
+APPROX_METHODS = ("ivf", "ivfpq", "hnsw", "hnswsq")
+#: Graph searches (depth: ``ef_search``), and searches whose candidates are re-ranked by exact scores.
+_GRAPHS = ("hnsw", "hnswsq")
+_RERANKED = ("ivfpq", "hnswsq")
 INDEX_CHOICES = ("auto", "exact") + APPROX_METHODS
 
 
@@ -135,9 +140,16 @@ def _build_approx_index(Xw: np.ndarray, metric: str, method: str, *, nlist: int,
     n, d = Xw.shape
     faiss_metric = faiss.METRIC_L2 if metric == "euclidean" else faiss.METRIC_INNER_PRODUCT
     rng = np.random.default_rng(seed)
-    if method == "hnsw":
-        index = faiss.IndexHNSWFlat(d, hnsw_m, faiss_metric)
-        index.add(Xw)
+    if method in _GRAPHS:
+        if method == "hnsw":
+            index = faiss.IndexHNSWFlat(d, hnsw_m, faiss_metric)
+        else:
+            # 8-bit scalar codes (a quarter of the float32 row) trained on a sample: the
+            # graph walk ranks by them and the candidates are re-ranked on the full rows
+            index = faiss.IndexHNSWSQ(d, faiss.ScalarQuantizer.QT_8bit, hnsw_m, faiss_metric)
+            m = min(n, _SQ_TRAIN_ROWS)
+            index.train(Xw if m >= n else Xw[np.sort(rng.choice(n, size=m, replace=False))])
+        _add_graph_rows(faiss, index, Xw, seed)
         return index, None
     quantizer = faiss.IndexFlatL2(d) if metric == "euclidean" else faiss.IndexFlatIP(d)
     if method == "ivfpq":
@@ -162,20 +174,51 @@ def _build_approx_index(Xw: np.ndarray, metric: str, method: str, *, nlist: int,
     return index, quantizer  # the quantizer must outlive the index
 
 
+#: Rows that train the 8-bit scalar quantizer of ``"hnswsq"`` (per-dimension ranges).
+_SQ_TRAIN_ROWS = 50_000
+
+
+def _add_graph_rows(faiss: Any, index: Any, Xw: np.ndarray, seed: int | None) -> None:
+    """Insert the rows into an HNSW graph, in blocks. Threads insert rows concurrently, so the
+    graph depends on their timing; with a seed the graph is built on one thread and a seed gives
+    the same graph, and so the same neighbours, on every run (about 2x the build time on 2 cores)."""
+    threads = faiss.omp_get_max_threads()
+    if seed is not None:
+        faiss.omp_set_num_threads(1)
+    try:
+        for s in range(0, Xw.shape[0], _ADD_BLOCK):
+            index.add(np.ascontiguousarray(Xw[s : s + _ADD_BLOCK]))
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
+def _index_mb(index: Any, method: str, n: int, d: int) -> float:
+    """Memory of a built index: its codes or rows, ids, list centroids and graph links."""
+    if method in _GRAPHS:
+        hnsw = index.hnsw
+        links = hnsw.neighbors.size() * 4 + hnsw.offsets.size() * 8 + hnsw.levels.size() * 4
+        return (links + n * d * (4 if method == "hnsw" else 1)) / 2**20
+    rows = n * (index.pq.M * index.pq.nbits // 8 if method == "ivfpq" else 4 * d) + 8 * n
+    return (rows + index.nlist * d * 4) / 2**20
+
+
 def _on_prepared(metric: str) -> str:
     """The metric that searches a prepared array as ``metric`` searches the raw one: its cosine rows
     are already normalised, so the inner product gives the same neighbours without a second copy."""
     return "ip" if metric == "cosine" else metric
 
 
-def _fetch_count(method: str, kk: int, refine: int, n: int) -> int:
+def _fetch_count(method: str, kk: int, refine: int, n: int, ef: int = 0) -> int:
     """Candidates asked of the index per query: IVF-PQ ranks by compressed
-    codes, so it returns ``refine`` x the candidates, re-ranked exactly."""
-    return min(n, kk * refine) if method == "ivfpq" else kk
+    codes, so it returns ``refine`` x the candidates, re-ranked exactly;
+    HNSW-SQ returns its whole search pool (``ef``), re-ranked exactly."""
+    if method == "ivfpq":
+        return min(n, kk * refine)
+    return min(n, max(kk, ef)) if method == "hnswsq" else kk
 
 
 def _set_depth(index: Any, method: str, probe: int, ef: int, kk: int) -> None:
-    if method == "hnsw":
+    if method in _GRAPHS:
         index.hnsw.efSearch = max(ef, kk)  # HNSW returns at most efSearch results
     else:
         index.nprobe = probe
@@ -189,7 +232,7 @@ def _search_rows(
     ``done`` is False where fewer than k valid candidates came back."""
     D, ids = index.search(Xw[qids], fetch)
     ids = ids.astype(np.int64, copy=False)
-    if method == "ivfpq":
+    if method in _RERANKED:
         raw = _rescore(Xw, qids, ids, metric).astype(np.float32)
     else:
         raw = -D if metric == "euclidean" else D
@@ -240,7 +283,7 @@ def _tune_depth(
     the trials and whether the target was met."""
     n = Xw.shape[0]
     exact = knn_indices(Xw, k=k, metric=_on_prepared(metric), exclude_groups=gcodes, queries=rows)
-    ranks = None if method == "hnsw" else _cell_ranks(quantizer, Xw, rows, exact, max_probe)
+    ranks = None if method in _GRAPHS else _cell_ranks(quantizer, Xw, rows, exact, max_probe)
 
     def reachable(probe: int) -> float:
         return _recall_interval(np.searchsorted(ranks, probe) / ranks.size, len(rows), n)[0]
@@ -248,7 +291,7 @@ def _tune_depth(
     depth, trials = dict(depth), []
     while True:
         _set_depth(index, method, depth.get("nprobe", 0), depth.get("ef_search", 0), kk)
-        fetch = _fetch_count(method, kk, depth.get("refine_factor", 1), n)
+        fetch = _fetch_count(method, kk, depth.get("refine_factor", 1), n, depth.get("ef_search", 0))
         step = _query_step(fetch)
         ids = np.concatenate([_search_rows(index, Xw, rows[s : s + step], k=k, fetch=fetch, metric=metric,
                                            gcodes=gcodes, method=method)[0] for s in range(0, len(rows), step)])
@@ -259,7 +302,7 @@ def _tune_depth(
             return depth, trials, True
         if time.perf_counter() > deadline:
             return depth, trials, False
-        if method == "hnsw":
+        if method in _GRAPHS:
             if depth["ef_search"] >= _MAX_EF:
                 return depth, trials, False
             depth["ef_search"] = min(_MAX_EF, 2 * depth["ef_search"])
@@ -304,29 +347,33 @@ def _approximate_knn(
     hnsw_m = check_positive_int(hnsw_m, "hnsw_m")
     ef_search = check_positive_int(ef_search, "ef_search", allow_none=True)
     refine = check_positive_int(refine_factor, "refine_factor")
-    tuned = target_recall is not None and (nprobe if method != "hnsw" else ef_search) is None
+    tuned = target_recall is not None and (nprobe if method not in _GRAPHS else ef_search) is None
     if method in ("ivf", "ivfpq"):
         nlist, probe = _ivf_params(n, nlist, nprobe)
         params = {"nlist": nlist, "nprobe": probe}
         if method == "ivfpq":
             params.update(pq_m=_pq_subquantizers(d), pq_bits=8, refine_factor=refine)
     else:
-        params = {"hnsw_m": hnsw_m}
+        params = {"hnsw_m": hnsw_m} if method == "hnsw" else {"hnsw_m": hnsw_m, "storage": "sq8", "reranked": True}
     index, quantizer = _build_approx_index(Xw, metric, method, nlist=nlist, hnsw_m=hnsw_m, seed=seed)
+    params["index_mb"] = round(_index_mb(index, method, n, d), 3)
     kk = _candidate_count(k, n, gcodes)
-    if method == "hnsw":
-        # efSearch is the HNSW candidate pool; below 64 recall drops sharply
-        params["ef_search"] = ef_search if ef_search is not None else max(64, 2 * kk)
+    if method in _GRAPHS:
+        # efSearch is the HNSW candidate pool; below 64 recall drops sharply. HNSW-SQ re-ranks
+        # its whole pool exactly: on bench_scale's data at N=1,000,000 (d=512, M=32) the codes
+        # alone found 0.977 of the exact neighbours with a pool of 32, and 0.983 with 64
+        default_ef = 64 if method == "hnsw" else 32
+        params["ef_search"] = ef_search if ef_search is not None else max(default_ef, 2 * kk)
     if tuned:
         rng = np.random.default_rng(None if seed is None else seed + 1)  # not the recall sample's stream
         rows = np.sort(rng.choice(n, size=min(TUNE_QUERIES, max(1, n // 4)), replace=False)).astype(np.int64)
-        max_probe = max(params.get("nprobe", 1), min(nlist, int(max_probe_share * nlist))) if method != "hnsw" else 0
+        max_probe = max(params.get("nprobe", 1), min(nlist, int(max_probe_share * nlist))) if method not in _GRAPHS else 0
         depth = {key: params[key] for key in ("nprobe", "refine_factor", "ef_search") if key in params}
         depth, trials, met = _tune_depth(
             index, quantizer, Xw, rows, k=k, kk=kk, metric=metric, gcodes=gcodes, method=method, depth=depth,
             target=target_recall, max_probe=max_probe, deadline=time.perf_counter() + tune_seconds)
         params.update(depth, target_recall=target_recall, target_met=met, tuning=trials, tune_rows=rows)
-        if method != "hnsw":
+        if method not in _GRAPHS:
             params["max_nprobe"] = max_probe
         if not met:
             log.warning("approximate kNN: recall@%d target %.3f not met (lower bound %.3f at %s)", k, target_recall,
@@ -342,8 +389,8 @@ def _approximate_knn(
     pending = np.arange(n, dtype=np.int64)
     while pending.size:
         _set_depth(index, method, probe, ef, kk)
-        exhaustive = kk >= n and (method == "hnsw" or probe >= nlist)
-        fetch = _fetch_count(method, kk, refine, n)
+        exhaustive = kk >= n and (method in _GRAPHS or probe >= nlist)
+        fetch = _fetch_count(method, kk, refine, n, ef)
         step = _query_step(fetch)
         unresolved = []
         for s in range(0, pending.size, step):
@@ -362,7 +409,7 @@ def _approximate_knn(
             # neighbours, or lists the probe did not reach) -> ask for more
             log.debug("widening approximate kNN search for %d queries from %d candidates", pending.size, kk)
             kk = min(n, 4 * kk)
-            if method != "hnsw":
+            if method not in _GRAPHS:
                 probe = min(nlist, 4 * probe)
     if pending.size:
         # Only HNSW can get here (an exhaustive IVF search sees every row, and
@@ -413,7 +460,7 @@ def approximate_knn_indices(
     exclude_groups : array-like of shape (N,), optional
         Group label per image (e.g. patient id); neighbours of the query's
         own group are excluded.
-    method : {"ivf", "ivfpq", "hnsw"}
+    method : {"ivf", "ivfpq", "hnsw", "hnswsq"}
         ``"ivf"``: ``faiss.IndexIVFFlat``, an inverted file of ``nlist``
         k-means cells of which ``nprobe`` are scanned per query.
         ``"ivfpq"``: the same cells holding product-quantized codes
@@ -423,7 +470,12 @@ def approximate_knn_indices(
         by their exact scores. Scanning codes rather than full rows is what
         makes N=1,000,000 affordable on a small machine (IVF-Flat's scan is
         bound by memory bandwidth); needs at least :data:`PQ_MIN_ROWS` rows.
-        ``"hnsw"``: ``faiss.IndexHNSWFlat``, a navigable small-world graph.
+        ``"hnsw"``: ``faiss.IndexHNSWFlat``, a navigable small-world graph
+        over a float32 copy of the rows. ``"hnswsq"``: the same graph over
+        8-bit scalar codes (``faiss.IndexHNSWSQ``, a quarter of the float32
+        row, the ranges trained on a sample of 50,000 rows); each query's
+        whole search pool (``ef_search``) is re-ranked by its exact scores.
+        :func:`knn_search`'s choice above its threshold.
     nlist : int, optional
         IVF cells; default ``4 * sqrt(N)`` clipped to [16, 65536] and to at
         most ``N / 39`` (k-means needs ~39 training points per cell). The
@@ -435,7 +487,8 @@ def approximate_knn_indices(
     hnsw_m : int
         HNSW graph degree.
     ef_search : int, optional
-        HNSW search pool; default ``max(64, 2 * candidates)``.
+        HNSW search pool; default ``max(64, 2 * candidates)`` (``"hnsw"``) or
+        ``max(32, 2 * candidates)`` (``"hnswsq"``, which re-ranks it).
     refine_factor : int
         IVF-PQ candidates per wanted candidate that are re-ranked exactly.
         On overlapping Gaussian clusters (N=20,000, d=64, 8-byte codes)
@@ -443,9 +496,12 @@ def approximate_knn_indices(
         IVF-Flat with the same lists; on the d=512 data of
         ``bench/bench_scale.py`` 4 already matched IVF-Flat.
     random_state : int or None
-        Seeds the IVF training sample and k-means: a fixed seed gives the
-        same result on every call. HNSW graphs are built in parallel by
-        faiss and can differ slightly between runs with several threads.
+        Seeds the IVF training sample and k-means (and the HNSW-SQ
+        training sample): a fixed seed gives the same result on every call.
+        With a seed an HNSW graph is built on one thread (rows inserted
+        concurrently make the graph depend on the threads' timing); None
+        builds it on all threads, about twice as fast on 2 cores, and it
+        can differ slightly between runs.
     return_similarity : bool
         Also return the scores (cosine similarity, inner product, or
         Euclidean distance), float32.
@@ -610,11 +666,13 @@ def _search(
     k = check_k(k, n)
     gcodes = _group_codes(exclude_groups, n, k)  # fails here, not in a task on a worker
     if index == "auto":
-        # IVF-PQ above the threshold: at N=100,000, d=512 (bench_scale's data,
-        # one thread, same process) it took 129 s where IVF-Flat with the same
-        # cells and probes took 228 s, at the same recall@10 (0.941 vs 0.936);
-        # IVF-Flat streams full rows from memory, so the gap widens with N.
-        method = "exact" if n <= threshold else ("ivfpq" if n >= PQ_MIN_ROWS else "ivf")
+        # HNSW-SQ above the threshold. On bench_scale's data at N=1,000,000, d=512 (2 cores)
+        # the IVF cells a query must probe to hold 0.95 of its exact neighbours were ~500 of
+        # 4,000 (0.72 with the 64 that took 2,144 s for two models), an IVF-PQ search of
+        # hours; the HNSW graph over 8-bit codes was built in 258 s (2 threads) and its pool
+        # of 32 held 0.977 of the exact neighbours before re-ranking, in 145 s per 1,000,000
+        # queries, with a quarter of the float32 rows in codes.
+        method = "exact" if n <= threshold else "hnswsq"
     else:
         method = index
     shared = {"X": Xw, "k": k, "metric": metric, "exclude_groups": gcodes}  # what the exact tasks take
@@ -682,11 +740,11 @@ def knn_search(
     metric : {"cosine", "ip", "euclidean"}
     exclude_groups : array-like of shape (N,), optional
         See :func:`knn_indices`.
-    index : {"auto", "exact", "ivf", "ivfpq", "hnsw"}
-        ``"exact"``: :func:`knn_indices`. ``"ivf"``, ``"ivfpq"``, ``"hnsw"``:
+    index : {"auto", "exact", "ivf", "ivfpq", "hnsw", "hnswsq"}
+        ``"exact"``: :func:`knn_indices`. ``"ivf"``, ``"ivfpq"``, ``"hnsw"``, ``"hnswsq"``:
         :func:`approximate_knn_indices` with its defaults. ``"auto"``: exact
-        when ``N <= threshold``, else ``"ivfpq"`` (``"ivf"`` below
-        :data:`PQ_MIN_ROWS` rows).
+        when ``N <= threshold``, else ``"hnswsq"`` (an HNSW graph over 8-bit
+        codes, its candidates re-ranked exactly).
     threshold : int
         Rows above which ``"auto"`` goes approximate
         (:data:`APPROX_THRESHOLD`).
@@ -724,7 +782,7 @@ def knn_search(
         neighbours: IVF probes more cells while the cells probed cannot hold
         enough of the exact neighbours (measured from the cells the
         neighbours live in), IVF-PQ re-ranks more candidates when they can
-        but the compressed codes lose them, HNSW doubles ``ef_search``. The
+        but the compressed codes lose them, HNSW and HNSW-SQ double ``ef_search``. The
         reported ``recall`` is then measured on other queries. If the target
         is out of reach within the budget, a ``client`` runs the exact
         search instead (``info["fallback"]`` says why); without one the
@@ -741,7 +799,7 @@ def knn_search(
     -------
     indices : ndarray of shape (N, k), int64
     info : dict
-        ``index`` (the search used: "exact", "ivf", "ivfpq" or "hnsw"), ``n``,
+        ``index`` (the search used: "exact", "ivf", "ivfpq", "hnsw" or "hnswsq"), ``n``,
         ``k``, ``recall`` (None for exact), ``recall_ci`` ([low, high] of
         the 95% interval, or None), ``recall_sample`` (queries checked, or
         None), ``target_recall`` and ``target_met`` (None when nothing was
@@ -750,7 +808,8 @@ def knn_search(
         :func:`overlap_error_bound` of its recall and 1; 0 for exact),
         ``fallback`` (why an approximate search became exact, or None),
         ``params`` (the approximate index's parameters: nlist, the chosen
-        nprobe and refine_factor or ef_search, ``tuning`` with every setting
+        nprobe and refine_factor or ef_search, ``index_mb`` (the index's
+        memory), ``tuning`` with every setting
         tried and its recall on the tuning queries, or None) and
         ``seconds`` (wall time).
 

@@ -33,7 +33,7 @@
 # models: the numbers below are this run's, set beside the paper's for
 # orientation only.
 #
-# *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`mutual kNN overlap <glossary-mutual-knn-overlap>`, {ref}`chance level <glossary-chance-overlap>`, {ref}`CKA <glossary-cka>`, {ref}`CKNNA <glossary-cknna>`, {ref}`Jaccard kNN <glossary-jaccard-knn>`, {ref}`Mantel test <glossary-mantel-test>`, {ref}`AUROC <glossary-auroc>`, {ref}`IVF-PQ <glossary-ivf-pq>`, {ref}`recall@k <glossary-recall-at-k>`.
+# *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`mutual kNN overlap <glossary-mutual-knn-overlap>`, {ref}`chance level <glossary-chance-overlap>`, {ref}`CKA <glossary-cka>`, {ref}`CKNNA <glossary-cknna>`, {ref}`Jaccard kNN <glossary-jaccard-knn>`, {ref}`Mantel test <glossary-mantel-test>`, {ref}`AUROC <glossary-auroc>`, {ref}`approximate neighbour index <glossary-approximate-index>`, {ref}`recall@k <glossary-recall-at-k>`.
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=0"

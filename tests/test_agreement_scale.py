@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import faiss
 import numpy as np
 import pytest
 
@@ -179,6 +180,42 @@ def test_hnsw_recall_and_groups(big):
     assert _recall(G, big["exact_groups"]) >= 0.9
 
 
+def test_hnswsq_reranks_its_pool_exactly_and_finds_the_neighbours(big):
+    X, groups = big["X"], big["groups"]
+    n = len(X)
+    threads = faiss.omp_get_max_threads()
+    I, sim = ann.approximate_knn_indices(X, k=10, method="hnswsq", return_similarity=True)
+    assert faiss.omp_get_max_threads() == threads  # the one-thread build gives the threads back
+    _check_valid(I, n, 10)
+    assert _recall(I, big["exact"]) >= 0.95
+    # the 8-bit codes only pick candidates: the scores are the exact cosines, closest first
+    Xn = X / np.linalg.norm(X, axis=1, keepdims=True)
+    np.testing.assert_allclose(sim, np.einsum("ikj,ij->ik", Xn[I], Xn), atol=1e-5)
+    assert (np.diff(sim, axis=1) <= 0).all()
+    # a seeded graph is built on one thread: the same neighbours on every call
+    np.testing.assert_array_equal(I, ann.approximate_knn_indices(X, k=10, method="hnswsq"))
+    G = ann.approximate_knn_indices(X, k=10, method="hnswsq", exclude_groups=groups)
+    _check_valid(G, n, 10, groups)
+    assert _recall(G, big["exact_groups"]) >= 0.95
+    # a pool as large as the data re-ranks every row: nothing is approximate
+    small = X[:300]
+    full = ann.approximate_knn_indices(small, k=10, method="hnswsq", ef_search=300)
+    np.testing.assert_array_equal(full, nb.knn_indices(small, k=10))
+
+
+def test_index_memory_is_reported_and_the_codes_are_a_quarter_of_the_rows(big):
+    X = big["X"]
+    n, d = X.shape
+    _, sq = ann.knn_search(X, k=10, index="hnswsq", recall_sample=500, target_recall=None)
+    _, flat = ann.knn_search(X, k=10, index="hnsw", recall_sample=500, target_recall=None)
+    _, pq = ann.knn_search(X, k=10, index="ivfpq", recall_sample=500, target_recall=None)
+    links = flat["params"]["index_mb"] - n * d * 4 / 2**20  # the same graph degree: the same links
+    assert links > 0 and flat["params"]["index_mb"] > sq["params"]["index_mb"]
+    assert sq["params"]["index_mb"] == pytest.approx(n * d / 2**20 + links, rel=0.05)
+    p = pq["params"]
+    assert p["index_mb"] == pytest.approx((n * (p["pq_m"] + 8) + p["nlist"] * d * 4) / 2**20, rel=1e-3)
+
+
 def test_ivfpq_reranks_exactly_and_finds_the_neighbours(big):
     X, groups = big["X"], big["groups"]
     n = len(X)
@@ -250,6 +287,7 @@ def test_hnsw_short_rows_fall_back_to_exact(monkeypatch):
             return np.full((len(Q), kk), -np.inf, np.float32), np.full((len(Q), kk), -1, np.int64)
 
     monkeypatch.setattr(ann, "_build_approx_index", lambda *a, **kw: (Blind(), None))
+    monkeypatch.setattr(ann, "_index_mb", lambda *a: 0.0)  # Blind has no graph to measure
     X = _rng(7).normal(size=(200, 8))
     I, info = ann.knn_search(X, k=5, index="hnsw")
     np.testing.assert_array_equal(I, nb.knn_indices(X, k=5))
@@ -315,7 +353,7 @@ def test_knn_search_auto_threshold():
     np.testing.assert_array_equal(I, nb.knn_indices(X, k=10))
 
     # target_recall=None: the fixed default depth, the same search as approximate_knn_indices'
-    J, info = ann.knn_search(X, k=10, threshold=1000, recall_sample=1000, target_recall=None)
+    J, info = ann.knn_search(X, k=10, index="ivf", recall_sample=1000, target_recall=None)
     assert info["index"] == "ivf" and info["recall_sample"] == 1000
     assert info["target_recall"] is None and info["target_met"] is None and "tuning" not in info["params"]
     lo, hi = info["recall_ci"]
@@ -324,12 +362,15 @@ def test_knn_search_auto_threshold():
     np.testing.assert_array_equal(J, ann.approximate_knn_indices(X, k=10))  # same defaults, same seed
     assert info["recall"] == ann.knn_recall(X, J, sample=1000).recall
 
-    # above PQ_MIN_ROWS rows "auto" takes the compressed index
+    # above the threshold "auto" takes the graph over 8-bit codes, re-ranked
+    K, info = ann.knn_search(X, k=10, threshold=1000, recall_sample=500, target_recall=None)
+    assert info["index"] == "hnswsq" and info["recall"] >= 0.95
+    assert info["params"]["storage"] == "sq8" and info["params"]["ef_search"] == 32
+    np.testing.assert_array_equal(K, ann.approximate_knn_indices(X, k=10, method="hnswsq"))
     Y = _clustered(PQ_ROWS, d=32, n_centres=500, spread=0.5, seed=10)
-    K, info = ann.knn_search(Y, k=10, threshold=1000, recall_sample=500, target_recall=None)
+    _, info = ann.knn_search(Y, k=10, index="ivfpq", recall_sample=500, target_recall=None)
     assert info["index"] == "ivfpq" and info["recall"] >= 0.9
     assert info["params"]["pq_m"] == 4 and info["params"]["refine_factor"] == 8
-    np.testing.assert_array_equal(K, ann.approximate_knn_indices(Y, k=10, method="ivfpq"))
 
     _, info = ann.knn_search(X, k=10, index="hnsw", recall_sample=50_000, target_recall=None)
     assert info["index"] == "hnsw" and info["recall_sample"] == 5000
@@ -399,6 +440,18 @@ def test_target_recall_reranks_more_when_the_codes_lose_neighbours():
     # first more cells, then (the cells hold the neighbours, 4-byte codes lose them) a deeper re-ranking
     assert trials[1]["nprobe"] > trials[0]["nprobe"] and trials[1]["refine_factor"] == 8
     assert trials[-1]["refine_factor"] > 8 and trials[-1]["nprobe"] == trials[1]["nprobe"]
+
+
+def test_target_recall_widens_the_graph_pool_until_met():
+    X = _hard()
+    exact = nb.knn_indices(X, k=10)
+    I, info = ann.knn_search(X, k=10, index="hnswsq", recall_sample=2000, target_recall=0.995)
+    trials = info["params"]["tuning"]
+    # the default pool of 32 falls short of so high a target; one doubling reaches it
+    assert [t["ef_search"] for t in trials] == [32, 64] and info["params"]["ef_search"] == 64
+    assert trials[0]["ci_low"] < 0.995 <= trials[-1]["ci_low"] and info["target_met"] is True
+    assert _recall(I, exact) >= 0.995
+    assert info["recall_ci"][0] <= _recall(I, exact) <= info["recall_ci"][1]
 
 
 def test_target_recall_budgets_and_bad_options(caplog):
@@ -473,9 +526,13 @@ def test_agreement_matrix_approximate_reports_search_and_bound():
     assert d["overlap_error_bound"] == pytest.approx(bounds) and d["search"]["a"]["index"] == "ivf"
     assert d["search"]["a"]["recall"] == search["a"]["recall"]
 
-    # "auto" above a (low) threshold goes approximate too
+    # "auto" above a (low) threshold goes approximate too: the graph over 8-bit codes
     auto = ag.agreement_matrix(emb, k=10, threshold=1000, recall_sample=1000)
-    assert auto.overlap.equals(A.overlap) and auto.overlap_error_bound == bounds
+    assert {s["index"] for s in auto.search.values()} == {"hnswsq"}
+    assert auto.overlap.equals(ag.agreement_matrix(emb, k=10, index="hnswsq", recall_sample=1000).overlap)
+    for pair, bound in auto.overlap_error_bound.items():
+        a, b = pair.split("|")
+        assert abs(auto.overlap.loc[a, b] - exact.overlap.loc[a, b]) <= bound
     with pytest.raises(InputError, match="index must be one of"):
         ag.agreement_matrix(emb, index="flat")
 
@@ -616,7 +673,7 @@ def test_search_and_agreement_on_mapped_files_equal_the_arrays_in_memory(tmp_pat
 
     models = {"a": _hard(), "b": _hard() + _rng(2).normal(scale=0.5, size=_hard().shape).astype(np.float32)}
     mapped = {name: load_embeddings(save_embeddings(tmp_path / f"{name}.npy", X)) for name, X in models.items()}
-    for index in ("exact", "ivfpq"):
+    for index in ("exact", "ivfpq", "hnswsq"):
         ids, info = ann.knn_search(models["a"], k=10, index=index, recall_sample=500)
         ids_mapped, info_mapped = ann.knn_search(mapped["a"], k=10, index=index, recall_sample=500)
         assert np.array_equal(ids, ids_mapped)
@@ -624,7 +681,7 @@ def test_search_and_agreement_on_mapped_files_equal_the_arrays_in_memory(tmp_pat
     in_memory = ag.agreement_matrix(models, k=10, threshold=0, recall_sample=500)
     on_disk = ag.agreement_matrix(mapped, k=10, threshold=0, recall_sample=500)
     assert on_disk.overlap.equals(in_memory.overlap)
-    assert on_disk.search["a"]["params"]["nprobe"] == in_memory.search["a"]["params"]["nprobe"]
+    assert on_disk.search["a"]["params"]["ef_search"] == in_memory.search["a"]["params"]["ef_search"]
     for X in mapped.values():  # read, never written
         assert not X.flags.writeable
 

@@ -35,7 +35,7 @@ TERMS = {
     "glossary-shortcut": r"\bshortcuts?\b",
     "glossary-locked-validation": r"\blocked validation\b",
     "glossary-feature-union": r"\b(?:feature )?union\b",
-    "glossary-ivf-pq": r"\bIVF-PQ\b",
+    "glossary-approximate-index": r"\b(?:approximate (?:neighbour )?index|HNSW(?:-SQ)?|IVF-PQ)\b",
     "glossary-recall-at-k": r"\brecall@(?:k|10)\b",
     "glossary-procrustes": r"\bProcrustes\b",
     "glossary-linear-map": r"\blinear map\b",
