@@ -190,11 +190,25 @@ def _within_objective(t: Tables) -> pd.DataFrame:
     table = t.csv("02_agreement", "convergence.csv",
                   columns=("architecture", "objective", "within_mean", "within_min", "within_max", "n_within"))
     seeded = table[(table["n_within"] > 0) & (table["objective"] != "(all)") & (table["objective"] != "random_init")]
-    # one architecture: the one with the most objectives that have seed pairs
+    # an objective whose models did not clear their initial weights on the probe is no evidence about it
+    n_flagged = seeded["n_flagged"] if "n_flagged" in seeded.columns else pd.Series(0, index=seeded.index)
+    flagged = seeded[pd.to_numeric(n_flagged, errors="coerce").fillna(0) > 0]
+    seeded = seeded.drop(index=flagged.index)
     if seeded.empty:
-        raise NotEvaluated("no objective has two seeds in this run's zoo")
+        raise NotEvaluated("no objective has two seeds in this run's zoo" if flagged.empty else
+                           "every objective with two seeds has models that did not learn beyond their initial "
+                           "weights (" + ", ".join(sorted(set(flagged["objective"]))) + ")")
+    # one architecture: the one with the most objectives that have seed pairs
     arch = seeded.groupby("architecture")["objective"].count().idxmax()
-    return seeded[seeded["architecture"] == arch].set_index("objective")
+    within = seeded[seeded["architecture"] == arch].set_index("objective")
+    within.attrs["flagged"] = sorted(set(flagged.loc[flagged["architecture"] == arch, "objective"]))
+    return within
+
+
+def _flagged_note(within: pd.DataFrame) -> str:
+    left = within.attrs.get("flagged") or []
+    return (" (left out: " + ", ".join(o.replace("_", " ") for o in left)
+            + ", whose models did not clear their initial weights)") if left else ""
 
 
 def supervised_converge_least(t: Tables) -> Outcome:
@@ -204,7 +218,7 @@ def supervised_converge_least(t: Tables) -> Outcome:
     sup = float(within.loc["supervised_multilabel", "within_mean"])
     others = within.drop("supervised_multilabel")["within_mean"]
     where = (f"Label-supervised seed pairs share {_f(sup)}; other objectives' seed pairs "
-             + ", ".join(f"{k.replace('_', ' ')} {_f(v)}" for k, v in others.items()))
+             + ", ".join(f"{k.replace('_', ' ')} {_f(v)}" for k, v in others.items()) + _flagged_note(within))
     if sup < others.min():
         return Outcome(sup, None, "held", f"{where}: the supervised pairs agree least.")
     if sup > others.max():
@@ -220,7 +234,7 @@ def ssl_converge_more(t: Tables) -> Outcome:
     sup = within.loc["supervised_multilabel"]
     low, high = float(ssl["within_min"].min()), float(ssl["within_max"].max())
     where = (f"Self-supervised seed pairs share {_f(low)} to {_f(high)}; label-supervised pairs "
-             f"{_f(sup['within_min'])} to {_f(sup['within_max'])}")
+             f"{_f(sup['within_min'])} to {_f(sup['within_max'])}{_flagged_note(within)}")
     if low > sup["within_max"]:
         return Outcome(float(ssl["within_mean"].mean()), (low, high), "held", f"{where}: no overlap, SSL higher.")
     if high < sup["within_min"]:
@@ -236,7 +250,7 @@ def objective_drives_convergence(t: Tables) -> Outcome:
     spread = float(within["within_mean"].max() - within["within_mean"].min())
     seed_range = float((within["within_max"] - within["within_min"]).max())
     where = (f"Mean seed-pair agreement differs by {_f(spread)} between objectives; within one objective seed "
-             f"pairs differ by up to {_f(seed_range)}")
+             f"pairs differ by up to {_f(seed_range)}{_flagged_note(within)}")
     if spread > seed_range:
         return Outcome(spread, None, "held", f"{where}: the objective moves agreement more than the seed.")
     return Outcome(spread, None, "not held", f"{where}: the seed moves agreement as much as the objective.")

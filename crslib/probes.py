@@ -31,8 +31,10 @@ log = logging.getLogger(__name__)
 
 __all__ = [
     "ProbeAUROC",
+    "ProbeMargin",
     "linear_probe_auroc",
     "logistic_probe",
+    "probe_margin",
     "probe_targets",
 ]
 
@@ -282,6 +284,172 @@ def linear_probe_auroc(
     auroc = pd.Series(out, name="auroc", dtype=float)
     auroc.index.name = "finding"
     return ProbeAUROC(auroc=auroc, reasons=reasons, n_train=int(train.size), n_test=int(test.size))
+
+
+@dataclass(frozen=True, eq=False)
+class ProbeMargin(JsonResult):
+    """What an encoder's features add over a reference's on a linear probe
+    (:func:`probe_margin`).
+
+    Attributes
+    ----------
+    auroc, reference_auroc : float
+        Mean test AUROC over ``findings`` of the model's and of the
+        reference's probe.
+    difference, low, high : float
+        ``auroc - reference_auroc`` and its patient-grouped paired bootstrap
+        interval.
+    confidence : float
+    findings : list of str
+        The findings both probes were fitted on (the others: ``reasons``).
+    reasons : dict of str -> str
+        Finding -> why it was left out.
+    n_test, n_test_patients : int
+        Images and patients scored (out of fold, each once).
+    n_invalid : int
+        Bootstrap resamples left out because a finding had one class in them.
+    """
+
+    auroc: float
+    reference_auroc: float
+    difference: float
+    low: float
+    high: float
+    confidence: float
+    findings: list[str]
+    reasons: dict[str, str]
+    n_test: int
+    n_test_patients: int
+    n_resamples: int
+    n_invalid: int
+
+    @property
+    def learned(self) -> bool:
+        """True when the whole interval of the difference is above 0."""
+        return bool(self.low > 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of the fields plus ``learned``."""
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["learned"] = self.learned
+        return json_ready(out)
+
+
+def _mean_auroc(y: np.ndarray, scores: np.ndarray) -> float:
+    """Mean AUROC over the columns (label -1: unknown, left out); NaN when a
+    column has one class, so a bootstrap resample like that counts as invalid."""
+    values = []
+    for j in range(y.shape[1]):
+        known = y[:, j] >= 0
+        values.append(stats.auroc(y[known, j], scores[known, j]))
+    return float(np.mean(values))
+
+
+def probe_margin(
+    X: Any,
+    X_reference: Any,
+    labels: pd.DataFrame,
+    *,
+    groups: Any,
+    n_splits: int = 5,
+    C: float = 1.0,
+    max_iter: int = 2000,
+    n_resamples: int = 1000,
+    confidence: float = 0.95,
+    random_state: int | None = 0,
+) -> ProbeMargin:
+    """Paired difference of linear-probe AUROC between an encoder and a
+    reference (its random initialisation, say) on the same images.
+
+    Both embeddings get the linear probe of :func:`linear_probe_auroc`
+    (standardise, L2 logistic regression), scored out of fold: patient-grouped,
+    stratified ``n_splits``-fold cross-validation per finding, the same
+    folds for both, so every patient is a test patient once. The score is
+    the mean AUROC over the findings both can be fitted on; the interval of
+    the difference resamples the patients (the same ones for both sides),
+    so an encoder whose features add nothing over the reference's has an
+    interval that reaches 0.
+
+    Parameters
+    ----------
+    X, X_reference : array-like of shape (N, d) and (N, d_ref)
+        Embeddings of the same N images, row by row.
+    labels : DataFrame of shape (N, n_findings), values 0/1 (NaN = unknown)
+    groups : array-like of shape (N,)
+        Patient ids.
+    n_splits : int
+        Folds (at most the patients of a finding's rarer class; a finding
+        with fewer than 2 such patients is left out with the reason).
+    C, max_iter, random_state
+        As in :func:`linear_probe_auroc` (``random_state`` also seeds the
+        folds and the bootstrap).
+    n_resamples : int
+        Bootstrap resamples of the patients.
+    confidence : float
+
+    Returns
+    -------
+    ProbeMargin
+        ``learned`` is True when the interval's lower end is above 0.
+
+    Examples
+    --------
+    >>> import numpy as np, pandas as pd
+    >>> rng = np.random.default_rng(0)
+    >>> y = pd.DataFrame({"effusion": rng.integers(0, 2, 300)})
+    >>> signal = y.to_numpy() + rng.normal(0, 0.5, size=(300, 1))
+    >>> noise = rng.normal(size=(300, 4))
+    >>> m = probe_margin(np.hstack([signal, noise]), noise, y, groups=np.arange(300), n_resamples=200)
+    >>> m.learned, round(m.reference_auroc, 1), m.findings, m.n_test
+    (True, 0.5, ['effusion'], 300)
+    >>> probe_margin(noise, noise, y, groups=np.arange(300), n_resamples=200).difference
+    0.0
+    """
+    from crslib.splits import stratified_group_kfold
+
+    Xa = as_embeddings(X, "X")
+    Xb = as_embeddings(X_reference, "X_reference")
+    n = Xa.shape[0]
+    if Xb.shape[0] != n:
+        raise InputError(f"X has {n} rows and X_reference {Xb.shape[0]}; they must embed the same images")
+    lab = check_labels(labels, n)
+    g = np.asarray(groups).astype(str)
+    if g.shape != (n,):
+        raise InputError(f"groups must have one patient id per image ({n}), got shape {g.shape}")
+    if isinstance(n_splits, bool) or not isinstance(n_splits, (int, np.integer)) or n_splits < 2:
+        raise InputError(f"n_splits must be an integer >= 2, got {n_splits!r}")
+    y_all, score_a, score_b, findings, reasons = [], [], [], [], {}
+    with one_blas_thread():
+        for col in lab.columns:
+            y = lab[col].to_numpy()
+            rows = np.flatnonzero(~np.isnan(y))
+            yk = y[rows].astype(int)
+            rarer = min(len(set(g[rows][yk == c])) for c in (0, 1))
+            if rarer < 2:
+                reasons[str(col)] = f"{rarer} patient(s) of its rarer class; out-of-fold scores need 2"
+                continue
+            folds = stratified_group_kfold(yk, g[rows], min(int(n_splits), rarer), random_state)
+            columns = [np.zeros(n), np.zeros(n)]
+            for k in range(int(folds.max()) + 1):
+                fit, held = rows[folds != k], rows[folds == k]
+                for side, Z in enumerate((Xa, Xb)):
+                    clf = logistic_probe(C, max_iter, random_state).fit(Z[fit], y[fit].astype(int))
+                    columns[side][held] = clf.decision_function(Z[held])
+            score_a.append(columns[0])
+            score_b.append(columns[1])
+            y_all.append(np.where(np.isnan(y), -1, y).astype(int))
+            findings.append(str(col))
+    if not findings:
+        raise InputError("no finding could be evaluated: " + "; ".join(f"{c}: {r}" for c, r in reasons.items()))
+    Y, A, B = np.column_stack(y_all), np.column_stack(score_a), np.column_stack(score_b)
+    res = stats.paired_bootstrap(_mean_auroc, (Y, A), (Y, B), n_resamples=n_resamples, groups=g,
+                                 confidence=confidence, random_state=random_state)
+    return ProbeMargin(
+        auroc=res.estimate_a, reference_auroc=res.estimate_b, difference=res.estimate, low=res.low,
+        high=res.high, confidence=res.confidence, findings=findings, reasons=reasons,
+        n_test=int((Y >= 0).any(axis=1).sum()), n_test_patients=int(len(pd.unique(g[(Y >= 0).any(axis=1)]))),
+        n_resamples=int(n_resamples), n_invalid=res.n_invalid,
+    )
 
 
 def _probe_split(groups: np.ndarray, test_size: float, random_state) -> tuple[np.ndarray, np.ndarray]:

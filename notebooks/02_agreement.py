@@ -147,6 +147,40 @@ plots.reader_table(cards[["name", "objective", "architecture", "seed", "epochs",
                    else lineup.info[["name", "spec", "backend", "architecture"]])
 
 # %% [markdown]
+# ## Did each zoo model learn?
+#
+# A model says something about its objective only if training added to what
+# its architecture gives untrained. Each zoo model's card records a linear
+# probe of the findings on the zoo data's held-out images (no model trained on
+# them), beside the same network at its initial weights, and the paired
+# difference with a patient-grouped 95% interval. A model whose interval does
+# not clear 0 is flagged, here and wherever its objective is compared.
+
+# %% tags=["hide-input"]
+flagged = []
+probed = cards[cards["probe_difference"].notna()] if "probe_difference" in cards.columns else cards.iloc[:0]
+if skips.check("the zoo's probe against the initial weights",
+               "there are no zoo models in this run" if cards.empty else
+               "no zoo model could be probed: " + str(cards.attrs.get("probe_skipped", "the zoo data has no "
+                                                                     "held-out images with findings or a label"))
+               if probed.empty else None):
+    margins = probed[["name", "objective", "architecture", "probe_auroc", "probe_difference", "probe_low",
+                      "probe_high", "probe_learned"]].sort_values("probe_difference", ascending=False)
+    margins.to_csv(results / "zoo_probe_margins.csv", index=False)
+    display(plots.reader_table(margins, labels={
+        "probe_auroc": "probe AUROC", "probe_difference": "minus initial weights", "probe_low": "95% CI low",
+        "probe_high": "95% CI high", "probe_learned": "learned"}).reset_index(drop=True))
+    flagged = margins.loc[~margins["probe_learned"].astype(bool), "name"].tolist()
+    by_objective = margins.groupby("objective", sort=False)["probe_learned"].agg(["sum", "size"])
+    display(Markdown(
+        f"{int(margins['probe_learned'].sum())} of {len(margins)} trained zoo models clear their initial weights "
+        "(the interval's lower end above 0): " + "; ".join(
+            f"{code(objective)} {int(row['sum'])} of {int(row['size'])}" for objective, row in by_objective.iterrows())
+        + ". " + (f"Flagged, and so no evidence about their objective: {names_list(flagged)}; "
+                  "their rows below show what an objective that did not learn here looks like, not what it "
+                  "does when it learns." if flagged else "None is flagged.")))
+
+# %% [markdown]
 # ## The agreement matrix
 #
 # Each model's neighbours are searched once (exact search with faiss), and
@@ -555,8 +589,17 @@ if has_agreement and skips.check(
         "there are no zoo models in this run; add zoo:* (or several zoo: models) to `models` to run it"
         if zoo_info.empty else "no two zoo models of this run share an architecture" if zoo_pairs.empty else None):
     convergence = agreement.convergence_table(matrix.loc[zoo_info["name"], zoo_info["name"]], zoo_info)
+    flagged_info = zoo_info[zoo_info["name"].isin(flagged)]
+    convergence["n_flagged"] = [
+        int(((flagged_info["architecture"] == row.architecture)
+             & ((flagged_info["objective"] == row.objective) | (row.objective == "(all)"))).sum())
+        for row in convergence.itertuples()]
     convergence.to_csv(results / "convergence.csv", index=False)
-    display(plots.reader_table(convergence))
+    display(plots.reader_table(convergence, labels={"n_flagged": "models flagged (not above initial weights)"}))
+    if flagged:
+        display(Markdown("Objectives with flagged models: " + ", ".join(sorted(
+            {code(o) for o in flagged_info["objective"]})) + ". Their seeds' agreement measures networks that "
+            "did not learn beyond their initial weights here, so it is no evidence about the objective itself."))
     pooled = convergence[convergence["objective"] == "(all)"].set_index("architecture")
     display(Markdown("Pooled over objectives: " + "; ".join(
         f"{code(arch)}: same objective, other seed {row['within_mean']:.3f} over {int(row['n_within'])} pair(s) "

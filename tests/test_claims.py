@@ -104,6 +104,21 @@ def test_convergence_rules_reverse_and_straddle(tmp_path):
     assert got["objective-drives-convergence"].verdict == "not held"  # 0.17 between < 0.2 within
 
 
+def test_convergence_rules_leave_out_objectives_whose_models_did_not_learn(tmp_path):
+    """Self-distillation agrees least but did not clear its initial weights: no evidence about its objective."""
+    convergence(tmp_path, sup=[0.3, 0.4, 0.5], ssl=[0.35, 0.45, 0.55], other=[0.2, 0.25, 0.3])
+    table = pd.read_csv(tmp_path / "results" / "02_agreement" / "convergence.csv")
+    table["n_flagged"] = np.where(table["objective"] == "self_distillation", 3, 0)
+    write(tmp_path, "02_agreement", "convergence.csv", table)
+    got = verdicts(tmp_path)["supervised-converge-least"]
+    assert got.verdict == "held"  # without self-distillation, the supervised pairs are the lowest
+    assert "left out: self distillation" in got.reason and "self distillation 0.25" not in got.reason
+    table["n_flagged"] = np.where(table["objective"] == "random_init", 0, 3)
+    write(tmp_path, "02_agreement", "convergence.csv", table)
+    got = verdicts(tmp_path)["supervised-converge-least"]
+    assert got.verdict == "not evaluated" and "did not learn beyond their initial weights" in got.reason
+
+
 def test_convergence_needs_two_seeds(tmp_path):
     write(tmp_path, "02_agreement", "convergence.csv", pd.DataFrame(
         [("cnn_small", "supervised_multilabel", 1, np.nan, np.nan, np.nan, 0)],

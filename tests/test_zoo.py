@@ -207,7 +207,11 @@ def test_supervised_beats_random_init_on_a_linear_probe(probe_manifest, zoo_root
 
     specs = [ZooModelSpec.make("supervised_multilabel", epochs=12, batch_size=32),
              ZooModelSpec.make("random_init")]
-    train_zoo(probe_manifest, specs=specs, image_size=SIZE, cache_root=zoo_root / "probe", progress=False)
+    cards = train_zoo(probe_manifest, specs=specs, image_size=SIZE, cache_root=zoo_root / "probe", progress=False)
+    # the card's own known answer: its probe clears its initial weights, with a patient-grouped interval
+    supervised = cards.set_index("objective").loc["supervised_multilabel"]
+    assert supervised["probe_low"] > 0 and supervised["probe_learned"] and pd.isna(supervised["flag"])
+    assert pd.isna(cards.set_index("objective").loc["random_init", "probe_difference"])
     is_train = (probe_manifest["split"] == "train").to_numpy()
     findings = [c for c in probe_manifest.columns if c.startswith("finding_")]
     scores = {}
@@ -223,6 +227,47 @@ def test_supervised_beats_random_init_on_a_linear_probe(probe_manifest, zoo_root
             aucs.append(roc_auc_score(y[~is_train], clf.decision_function(emb[~is_train])))
         scores[spec.objective] = float(np.mean(aucs))
     assert scores["supervised_multilabel"] > scores["random_init"] + 0.03, scores
+
+
+def test_a_collapsed_model_is_flagged_and_the_probe_is_kept_on_its_card(probe_manifest, zoo_root):
+    """Zero weights give one constant embedding for every image: no better than the initial weights."""
+    import torch
+    from safetensors.torch import save_file
+
+    from crslib._io import file_sha256
+    from crslib.models.zoo_probe import probe_zoo
+
+    root = zoo_root / "collapsed"
+    spec = ZooModelSpec.make("contrastive", epochs=1, batch_size=32)
+    cards = train_zoo(probe_manifest, specs=[spec], image_size=SIZE, cache_root=root, progress=False, probe=False)
+    assert "probe_learned" not in cards.columns
+    folder = root / "models" / cards.loc[0, "key"][:24]
+    state = {k: torch.zeros_like(v) for k, v in load_zoo_encoder(spec.name, cache_root=root).module.state_dict().items()}
+    save_file(state, str(folder / "encoder.safetensors"))
+    card = json.loads((folder / "card.json").read_text())
+    card["checkpoint_sha256"] = file_sha256(folder / "encoder.safetensors")
+    (folder / "card.json").write_text(json.dumps(card))
+    _, emb = _embed(spec.name, probe_manifest.head(5), root)
+    assert np.ptp(emb, axis=0).max() == 0  # collapsed: the same embedding for every image
+
+    table = probe_zoo(probe_manifest, cards, n_resamples=300)
+    row = table.iloc[0]
+    assert row["difference"] < 0 and row["low"] < 0 and not row["learned"]
+    assert row["auroc"] == pytest.approx(0.5) and "does not clear 0" in row["flag"]
+    saved = json.loads((folder / "card.json").read_text())
+    assert saved["flag"] == row["flag"] and saved["probe"]["n_resamples"] == 300
+    # the card's probe is reused for the same held-out data: no network is rebuilt
+    with mock.patch("crslib.models.zoo_probe._networks", side_effect=AssertionError("recomputed")):
+        assert probe_zoo(probe_manifest, cards, n_resamples=300).iloc[0]["flag"] == row["flag"]
+
+
+def test_probe_is_skipped_with_its_reason_without_held_out_patients(manifest, cards):
+    from crslib.models.zoo_probe import probe_zoo
+
+    table = probe_zoo(manifest.assign(split="train"), cards)
+    assert table.empty and "0 held-out patients" in table.attrs["skipped"]
+    with pytest.raises(InputError, match="path column"):
+        probe_zoo(manifest, cards.drop(columns="path"))
 
 
 # --------------------------------------------------------------------------- errors

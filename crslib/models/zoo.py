@@ -550,6 +550,7 @@ def train_zoo(
     overrides: Mapping[str, Any] | None = None,
     scheduler: Any = None,
     device: str | None = None,
+    probe: bool = True,
 ) -> pd.DataFrame:
     """Train (or reuse) the zoo's models on the manifest's training pool.
 
@@ -587,12 +588,20 @@ def train_zoo(
         it; a GPU gives weights that differ by rounding, so a zoo trained on
         a GPU is reused as is on the CPU (and the other way round), not
         retrained. ``force=True`` retrains on the requested device.
+    probe : bool
+        Probe each trained model against its initial weights on the
+        manifest's held-out images and record it on its card
+        (:func:`crslib.models.zoo_probe.probe_zoo`).
 
     Returns
     -------
     DataFrame
         One model card per spec (see the module docstring), plus ``reused``
-        (True when nothing was trained) and ``path`` (the model's folder).
+        (True when nothing was trained) and ``path`` (the model's folder);
+        with ``probe``, also ``probe_auroc``, ``probe_difference``,
+        ``probe_low``, ``probe_high``, ``probe_learned`` and ``flag`` (NaN
+        for ``random_init`` models, or all NaN when the manifest has nothing
+        to probe: ``attrs["probe_skipped"]`` says why).
 
     Examples
     --------
@@ -657,7 +666,23 @@ def train_zoo(
         )
     bar.close()
     log.info("zoo: %d models ready in %.1f s", len(cards), time.perf_counter() - t_start)
-    return pd.DataFrame(cards)
+    table = pd.DataFrame(cards)
+    if probe:
+        table = _with_probe(manifest, table)
+    return table
+
+
+def _with_probe(manifest: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
+    from crslib.models.zoo_probe import probe_zoo
+
+    margins = probe_zoo(manifest, table).set_index("name")
+    names = {"auroc": "probe_auroc", "difference": "probe_difference", "low": "probe_low", "high": "probe_high",
+             "learned": "probe_learned", "flag": "flag"}
+    for column, target in names.items():
+        table[target] = table["name"].map(margins[column]) if len(margins) else np.nan
+    if "skipped" in margins.attrs:
+        table.attrs["probe_skipped"] = margins.attrs["skipped"]
+    return table
 
 
 def _fmt(value: float | None) -> str:
