@@ -364,7 +364,9 @@ def probe_margin(
     Both embeddings get the linear probe of :func:`linear_probe_auroc`
     (standardise, L2 logistic regression), scored out of fold: patient-grouped,
     stratified ``n_splits``-fold cross-validation per finding, the same
-    folds for both, so every patient is a test patient once. The score is
+    folds for both, so every patient is a test patient once. The scores
+    leave out the fitted intercept, so that the folds, pooled, are ranked
+    on one scale: a constant embedding scores exactly 0.5. The score is
     the mean AUROC over the findings both can be fitted on; the interval of
     the difference resamples the patients (the same ones for both sides),
     so an encoder whose features add nothing over the reference's has an
@@ -434,7 +436,10 @@ def probe_margin(
                 fit, held = rows[folds != k], rows[folds == k]
                 for side, Z in enumerate((Xa, Xb)):
                     clf = logistic_probe(C, max_iter, random_state).fit(Z[fit], y[fit].astype(int))
-                    columns[side][held] = clf.decision_function(Z[held])
+                    # without the intercept: it follows the fitting folds' class balance, which pooled
+                    # across folds would rank one fold's images against another's (a constant
+                    # embedding would score below 0.5); within a fold it changes no ranking
+                    columns[side][held] = clf.decision_function(Z[held]) - clf[-1].intercept_[0]
             score_a.append(columns[0])
             score_b.append(columns[1])
             y_all.append(np.where(np.isnan(y), -1, y).astype(int))

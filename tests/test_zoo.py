@@ -41,7 +41,9 @@ def manifest() -> pd.DataFrame:
 def probe_manifest() -> pd.DataFrame:
     from crslib.data import load_data
 
-    return load_data(f"phantom?patients=120&size={SIZE}&seed=0")
+    # 300 patients leave 90 held out: the card's probe interval is then narrow enough to tell a
+    # supervised model from its initial weights (with 36 held out it reached -0.08)
+    return load_data(f"phantom?patients=300&size={SIZE}&seed=0")
 
 
 @pytest.fixture(scope="module")
@@ -253,7 +255,7 @@ def test_a_collapsed_model_is_flagged_and_the_probe_is_kept_on_its_card(probe_ma
     table = probe_zoo(probe_manifest, cards, n_resamples=300)
     row = table.iloc[0]
     assert row["difference"] < 0 and row["low"] < 0 and not row["learned"]
-    assert row["auroc"] == pytest.approx(0.5) and "does not clear 0" in row["flag"]
+    assert row["auroc"] == 0.5 and "does not clear 0" in row["flag"]  # one score for every image: chance
     saved = json.loads((folder / "card.json").read_text())
     assert saved["flag"] == row["flag"] and saved["probe"]["n_resamples"] == 300
     # the card's probe is reused for the same held-out data: no network is rebuilt
