@@ -214,7 +214,8 @@ def _flagged_note(within: pd.DataFrame) -> str:
 def supervised_converge_least(t: Tables) -> Outcome:
     within = _within_objective(t)
     if "supervised_multilabel" not in within.index or len(within) < 2:
-        raise NotEvaluated("needs at least two label-supervised seeds and one other objective with two seeds")
+        raise NotEvaluated("needs at least two label-supervised seeds and one other objective with two seeds"
+                           + _flagged_note(within))
     sup = float(within.loc["supervised_multilabel", "within_mean"])
     others = within.drop("supervised_multilabel")["within_mean"]
     where = (f"Label-supervised seed pairs share {_f(sup)}; other objectives' seed pairs "
@@ -230,7 +231,8 @@ def ssl_converge_more(t: Tables) -> Outcome:
     within = _within_objective(t)
     ssl = within[within.index.isin(SSL_OBJECTIVES)]
     if "supervised_multilabel" not in within.index or ssl.empty:
-        raise NotEvaluated("needs two seeds of a label-supervised and of a self-supervised objective")
+        raise NotEvaluated("needs two seeds of a label-supervised and of a self-supervised objective"
+                           + _flagged_note(within))
     sup = within.loc["supervised_multilabel"]
     low, high = float(ssl["within_min"].min()), float(ssl["within_max"].max())
     where = (f"Self-supervised seed pairs share {_f(low)} to {_f(high)}; label-supervised pairs "
@@ -246,7 +248,7 @@ def ssl_converge_more(t: Tables) -> Outcome:
 def objective_drives_convergence(t: Tables) -> Outcome:
     within = _within_objective(t)
     if len(within) < 2:
-        raise NotEvaluated("needs two objectives with at least two seeds each")
+        raise NotEvaluated("needs two objectives with at least two seeds each" + _flagged_note(within))
     spread = float(within["within_mean"].max() - within["within_mean"].min())
     seed_range = float((within["within_max"] - within["within_min"]).max())
     where = (f"Mean seed-pair agreement differs by {_f(spread)} between objectives; within one objective seed "

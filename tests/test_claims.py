@@ -117,6 +117,12 @@ def test_convergence_rules_leave_out_objectives_whose_models_did_not_learn(tmp_p
     write(tmp_path, "02_agreement", "convergence.csv", table)
     got = verdicts(tmp_path)["supervised-converge-least"]
     assert got.verdict == "not evaluated" and "did not learn beyond their initial weights" in got.reason
+    # only the supervised seeds learned: nothing to compare them with, and the ledger says why
+    table["n_flagged"] = np.where(table["objective"] == "supervised_multilabel", 0, 3)
+    write(tmp_path, "02_agreement", "convergence.csv", table)
+    got = verdicts(tmp_path)
+    for claim in ("supervised-converge-least", "ssl-converge-more"):
+        assert got[claim].verdict == "not evaluated" and "left out: " in got[claim].reason
 
 
 def test_convergence_needs_two_seeds(tmp_path):
