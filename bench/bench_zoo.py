@@ -8,9 +8,14 @@ For each preset: trains the zoo into a fresh temporary cache folder (the
 phantom itself comes from the normal crslib cache), prints the total wall
 time against the budget (quick 120 s, default 600 s on 2 cores), the CPU
 time, the load average before and after (other work on the machine inflates
-wall time), and per model: wall and CPU seconds, loss, embedding spread and,
-with ``--probe``, the mean linear-probe AUROC over the 8 findings (logistic
-regression fitted on the training split, scored on val + test).
+wall time), and per model: wall and CPU seconds, loss, embedding spread,
+effective rank and the card's probe margin over its initial weights
+(:func:`crslib.models.zoo_probe.probe_zoo`: out-of-fold probe AUROC on the
+held-out images, the paired difference and its patient-grouped 95%
+interval); with ``--probe`` also the mean linear-probe AUROC over the 8
+findings fitted on the training split, scored on val + test. The recorded
+table has the preset's time against its budget, the training time per
+objective and each trained model's margin.
 """
 
 from __future__ import annotations
@@ -90,6 +95,24 @@ def estimate(preset: str, manifest, repeats: int = 6) -> float:
     return total
 
 
+def objective_rows(preset: str, cards) -> list[dict]:
+    """Training time per objective, and each trained model's probe margin over its initial weights."""
+    rows = []
+    for objective, group in cards.groupby("objective", sort=False):
+        rows.append(row(f"{preset}: training time, {objective} ({len(group)} model(s))",
+                        f"{group['wall_time_s'].sum():.0f} s",
+                        note=f"CPU {group['cpu_time_s'].sum():.0f} s; effective rank of the embeddings "
+                        + ", ".join(f"{v:.1f}" for v in group["embedding_effective_rank"])))
+    if "probe_difference" not in cards.columns:
+        return rows
+    for _, card in cards[cards["probe_difference"].notna()].iterrows():
+        rows.append(row(f"{preset}: probe margin over initial weights, {card['name']}",
+                        f"{card['probe_difference']:+.3f}", "95% CI low > 0", bool(card["probe_learned"]),
+                        f"probe AUROC {card['probe_auroc']:.3f}; 95% CI [{card['probe_low']:+.3f}, "
+                        f"{card['probe_high']:+.3f}]" + ("" if card["probe_learned"] else "; flagged")))
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("presets", nargs="*", default=["quick", "default"])
@@ -137,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
         table.append(row(f"zoo training, preset {preset}: {len(cards)} models", f"{wall:.0f} s",
                          f"<= {budget:.0f} s", wall <= budget,
                          f"ratio {wall / budget:.2f}; load average {load_before:.1f} before, {load_after:.1f} after"))
+        table.extend(objective_rows(preset, cards))
     if table:
         record("zoo", table, title="Model zoo training", seconds=time.perf_counter() - start)
     return 0

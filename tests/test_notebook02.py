@@ -138,7 +138,8 @@ def test_chapter_02_studies_the_given_models_and_labels(own_books):
     assert headline.columns[-1] == "this run (your data)"
     assert headline.iloc[2, -1] == "not computed (no zoo models in this run)"
     skipped = [s["analysis"] for s in json.loads((results / "skips.json").read_text())]
-    assert skipped == ["the overlap by view", "the convergence by objective and seed"]
+    assert skipped == ["the zoo's probe against the initial weights", "the overlap by view",
+                       "the convergence by objective and seed"]
 
 
 @pytest.mark.slow
@@ -147,7 +148,8 @@ def test_chapter_02_on_paths_only_skips_what_needs_labels_or_sources(own_books):
     skipped = {s["analysis"]: s["reason"] for s in json.loads((_results(record) / "skips.json").read_text())}
     assert set(skipped) == {"the overlap by source", "the overlap by view",
                             "the variance shares of the per-image overlap", "the linear probe",
-                            "the convergence by objective and seed"}
+                            "the convergence by objective and seed", "the zoo's probe against the initial weights"}
+    assert skipped["the zoo's probe against the initial weights"] == "there are no zoo models in this run"
     assert "no `label` column" in skipped["the linear probe"]
 
 
@@ -163,7 +165,8 @@ def test_chapter_02_with_one_model_and_no_random_reference(tmp_path, repo_root):
                      {"data": str(data), "models": "public:open_nsfw", "results_dir": str(results),
                       "n_resamples": 50}, cwd=tmp_path)
     skipped = [s["analysis"] for s in read_skips(results)]
-    assert skipped[:2] == ["the comparisons against a random-init network", "the agreement analyses"]
+    assert skipped[:3] == ["the comparisons against a random-init network",
+                           "the zoo's probe against the initial weights", "the agreement analyses"]
     headline = pd.read_csv(results / "headline.csv")
     assert headline.iloc[0, -1] == "not computed (fewer than 2 models in this run)"
     cells = json.loads((tmp_path / "02.ipynb").read_text())["cells"]
