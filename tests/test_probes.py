@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -71,11 +73,23 @@ def test_folds_keep_a_patients_images_together():
 
 def test_the_interval_resamples_patients():
     signal, noise, labels, groups = _data()
-    m = probes.probe_margin(signal, noise, labels, groups=groups, n_resamples=300, random_state=1)
+    with mock.patch.object(stats, "paired_bootstrap", wraps=stats.paired_bootstrap) as bootstrap:
+        m = probes.probe_margin(signal, noise, labels, groups=groups, n_resamples=300, random_state=1)
+    # the bootstrap draws patients, the same ones for both sides
+    np.testing.assert_array_equal(bootstrap.call_args.kwargs["groups"], groups)
+    assert bootstrap.call_args.kwargs["n_resamples"] == 300 and m.n_resamples == 300
     # one row per image but the same patients: resampling images instead would narrow the interval
     by_image = probes.probe_margin(signal, noise, labels, groups=np.arange(len(groups)), n_resamples=300,
                                    random_state=1)
     assert (m.high - m.low) > (by_image.high - by_image.low)
+
+
+def test_a_constant_embedding_scores_exactly_chance():
+    # every image gets the same features: whatever the folds' class balance, no image ranks above another
+    _, noise, labels, groups = _data()
+    constant = np.ones((len(groups), 4))
+    m = probes.probe_margin(constant, noise, labels, groups=groups, n_resamples=100)
+    assert m.auroc == 0.5
 
 
 def test_a_finding_that_cannot_be_scored_is_left_out_with_its_reason():
