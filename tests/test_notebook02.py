@@ -1,93 +1,15 @@
-"""Chapter 02 (agreement) on a researcher's own images and models: its library helpers and its skips."""
+"""Chapter 02 (agreement) on a researcher's own images and models: the random-init references and its skips
+(probe_targets is tested in test_probes.py)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pytest
 
-from crslib.errors import InputError
 from crslib.models import is_random_init, random_init_spec
-from crslib.probes import linear_probe_auroc, probe_targets
-
-
-def _patients(n: int, per_patient: int = 2) -> list[str]:
-    return [f"p{i // per_patient:03d}" for i in range(n)]
-
-
-# --------------------------------------------------------------------------- probe_targets
-
-
-def test_probe_targets_prefers_findings_and_leaves_out_rare_ones():
-    n = 80
-    m = pd.DataFrame({
-        "patient_id": _patients(n),
-        "label": ["a", "b"] * (n // 2),
-        "finding_common": [0, 0, 1, 1] * (n // 4),
-        "finding_rare": [1, 1] + [0] * (n - 2),  # one patient
-    })
-    targets, left_out = probe_targets(m)
-    assert list(targets.columns) == ["finding_common"]  # findings win over the label
-    assert targets["finding_common"].dtype == float and list(targets.index) == list(m.index)
-    assert left_out == {"finding_rare": "`finding_rare` needs at least 5 patients of each of its two classes; "
-                                        "it has 0: 39, 1: 1"}
-
-
-def test_probe_targets_codes_a_two_class_text_label():
-    n = 60
-    m = pd.DataFrame({"patient_id": _patients(n),
-                      "label": ["photograph", "photograph", "microscopy", "microscopy"] * 15})
-    m.loc[5, "label"] = None  # unknown stays unknown
-    targets, left_out = probe_targets(m)
-    assert left_out == {} and list(targets.columns) == ["label=photograph"]
-    column = targets["label=photograph"]
-    assert column.iloc[:4].tolist() == [1.0, 1.0, 0.0, 0.0] and np.isnan(column.iloc[5])
-    # numbers sort as numbers: 2 < 10, so 10 is the positive class
-    numeric = m.assign(label=[2, 10] * (n // 2))
-    assert list(probe_targets(numeric)[0].columns) == ["label=10"]
-
-
-@pytest.mark.parametrize(("label", "reason"), [
-    (None, "the manifest has no finding_* columns and no `label` column; add 0/1 finding_* columns or a "
-           "two-class `label` to run it"),
-    (["a", "b", "c"] * 20, "`label` needs exactly two classes; it has 3 ('a', 'b', 'c')"),
-    (["a"] * 60, "`label` needs exactly two classes; it has 1 ('a')"),
-])
-def test_probe_targets_says_why_there_is_nothing_to_probe(label, reason):
-    m = pd.DataFrame({"patient_id": _patients(60)})
-    if label is not None:
-        m["label"] = label
-    targets, left_out = probe_targets(m)
-    assert targets.shape == (60, 0) and left_out == {"label": reason}
-
-
-def test_probe_targets_leaves_out_what_the_probe_split_cannot_score():
-    # 5 positive patients out of 40: some seeds put all of them in the training part (or all in the test part)
-    n = 80
-    patients = _patients(n)
-    positive = {"p000", "p001", "p002", "p003", "p004"}
-    m = pd.DataFrame({"patient_id": patients, "label": [int(p in positive) for p in patients]})
-    seeds = []
-    for seed in range(40):
-        targets, left_out = probe_targets(m, random_state=seed)
-        if left_out:
-            assert targets.shape[1] == 0
-            assert left_out["label"].startswith("the probe's patient-grouped train/test split does not allow it: "
-                                                "single class in the")
-            seeds.append(seed)
-        else:  # what probe_targets keeps, the probe fits (no NaN, no warning)
-            res = linear_probe_auroc(np.random.default_rng(0).normal(size=(n, 3)), targets,
-                                     groups=m["patient_id"].to_numpy(), random_state=seed)
-            assert res.reasons == {} and np.isfinite(res.auroc).all()
-    assert seeds, "no seed put every positive patient in the training part"
-
-
-def test_probe_targets_refuses_a_non_frame():
-    with pytest.raises(InputError, match="DataFrame"):
-        probe_targets([1, 2, 3])
 
 
 # --------------------------------------------------------------------------- random-init references

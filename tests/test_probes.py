@@ -1,7 +1,9 @@
-"""crslib.probes.probe_margin: the paired, out-of-fold probe margin of an encoder over a reference."""
+"""crslib.probes: what a probe can score (probe_targets), the paired out-of-fold probe margin of an encoder
+over a reference (probe_margin), and the scores the heads share."""
 
 from __future__ import annotations
 
+import inspect
 from unittest import mock
 
 import numpy as np
@@ -123,3 +125,244 @@ def test_mean_auroc_is_nan_when_a_resample_has_one_class():
     scores = np.array([[0.1, 0.9], [0.9, 0.1], [0.8, 0.0], [0.2, 0.7]])
     assert probes._mean_auroc(y, scores) == pytest.approx(
         np.mean([stats.auroc(y[:, 0], scores[:, 0]), stats.auroc(np.array([1, 0, 1]), np.array([0.9, 0.1, 0.7]))]))
+
+
+def _patients(n: int, per_patient: int = 2) -> list[str]:
+    return [f"p{i // per_patient:03d}" for i in range(n)]
+
+
+# --------------------------------------------------------------------------- probe_targets
+
+
+def test_probe_targets_prefers_findings_and_leaves_out_rare_ones():
+    n = 80
+    m = pd.DataFrame({
+        "patient_id": _patients(n),
+        "label": ["a", "b"] * (n // 2),
+        "finding_common": [0, 0, 1, 1] * (n // 4),
+        "finding_rare": [1, 1] + [0] * (n - 2),  # one patient
+    })
+    targets, left_out = probes.probe_targets(m)
+    assert list(targets.columns) == ["finding_common"]  # findings win over the label
+    assert targets["finding_common"].dtype == float and list(targets.index) == list(m.index)
+    assert left_out == {"finding_rare": "`finding_rare` needs at least 5 patients of each of its two classes; "
+                                        "it has 0: 39, 1: 1"}
+
+
+def test_probe_targets_codes_a_two_class_text_label():
+    n = 60
+    m = pd.DataFrame({"patient_id": _patients(n),
+                      "label": ["photograph", "photograph", "microscopy", "microscopy"] * 15})
+    m.loc[5, "label"] = None  # unknown stays unknown
+    targets, left_out = probes.probe_targets(m)
+    assert left_out == {} and list(targets.columns) == ["label=photograph"]
+    column = targets["label=photograph"]
+    assert column.iloc[:4].tolist() == [1.0, 1.0, 0.0, 0.0] and np.isnan(column.iloc[5])
+    # numbers sort as numbers: 2 < 10, so 10 is the positive class
+    numeric = m.assign(label=[2, 10] * (n // 2))
+    assert list(probes.probe_targets(numeric)[0].columns) == ["label=10"]
+
+
+@pytest.mark.parametrize(("label", "reason"), [
+    (None, "the manifest has no finding_* columns and no `label` column; add 0/1 finding_* columns or a "
+           "two-class `label` to run it"),
+    (["a", "b", "c"] * 20, "`label` needs exactly two classes; it has 3 ('a', 'b', 'c')"),
+    (["a"] * 60, "`label` needs exactly two classes; it has 1 ('a')"),
+])
+def test_probe_targets_says_why_there_is_nothing_to_probe(label, reason):
+    m = pd.DataFrame({"patient_id": _patients(60)})
+    if label is not None:
+        m["label"] = label
+    targets, left_out = probes.probe_targets(m)
+    assert targets.shape == (60, 0) and left_out == {"label": reason}
+
+
+def test_probe_targets_leaves_out_what_the_probe_split_cannot_score():
+    # 5 positive patients out of 40: some seeds put all of them in the training part (or all in the test part)
+    n = 80
+    patients = _patients(n)
+    positive = {"p000", "p001", "p002", "p003", "p004"}
+    m = pd.DataFrame({"patient_id": patients, "label": [int(p in positive) for p in patients]})
+    seeds = []
+    for seed in range(40):
+        targets, left_out = probes.probe_targets(m, random_state=seed)
+        if left_out:
+            assert targets.shape[1] == 0
+            assert left_out["label"].startswith("the probe's patient-grouped train/test split does not allow it: "
+                                                "single class in the")
+            seeds.append(seed)
+        else:  # what probe_targets keeps, the probe fits (no NaN, no warning)
+            res = probes.linear_probe_auroc(np.random.default_rng(0).normal(size=(n, 3)), targets,
+                                     groups=m["patient_id"].to_numpy(), random_state=seed)
+            assert res.reasons == {} and np.isfinite(res.auroc).all()
+    assert seeds, "no seed put every positive patient in the training part"
+
+
+def test_probe_targets_refuses_a_non_frame():
+    with pytest.raises(InputError, match="DataFrame"):
+        probes.probe_targets([1, 2, 3])
+
+
+# --------------------------------------------------------------------------- probe_margin: contracts
+
+
+def test_the_documented_defaults():
+    # every card's margin and chapter 02's probe table are computed with these values
+    def defaults(function):
+        return {name: p.default for name, p in inspect.signature(function).parameters.items()
+                if p.default is not inspect.Parameter.empty}
+
+    assert defaults(probes.probe_margin) == {"n_splits": 5, "C": 1.0, "max_iter": 2000, "n_resamples": 1000,
+                                             "confidence": 0.95, "random_state": 0}
+    assert defaults(probes.linear_probe_auroc) == {"test_size": 0.3, "C": 1.0, "max_iter": 2000, "random_state": 0}
+
+
+def test_probe_margin_names_the_bad_argument():
+    signal, noise, labels, groups = _data()
+    with pytest.raises(InputError, match=r"^X must be a 2-D array"):
+        probes.probe_margin(signal[:, 0], noise, labels, groups=groups)
+    with pytest.raises(InputError, match=r"^X_reference must be a 2-D array"):
+        probes.probe_margin(signal, noise[:, 0], labels, groups=groups)
+    with pytest.raises(InputError, match=r"^X has 240 rows and X_reference 239; they must embed the same images$"):
+        probes.probe_margin(signal, noise[:-1], labels, groups=groups)
+    for bad in (True, 1, 2.5, "3"):
+        with pytest.raises(InputError, match=rf"^n_splits must be an integer >= 2, got {bad!r}$"):
+            probes.probe_margin(signal, noise, labels, groups=groups, n_splits=bad)
+    two = probes.probe_margin(signal, noise, labels, groups=groups, n_splits=2, n_resamples=50)
+    assert two.learned and two.findings == ["first", "second"]
+    empty = pd.DataFrame({"none": np.zeros(len(groups)), "one": np.r_[1, 1, np.zeros(len(groups) - 2)]})
+    with pytest.raises(InputError, match=r"^no finding could be evaluated: none: 0 patient\(s\) of its rarer "
+                                         r"class; out-of-fold scores need 2; one: 1 patient\(s\) of its rarer"):
+        probes.probe_margin(signal, noise, empty, groups=groups)
+
+
+def test_two_patients_of_the_rarer_class_are_enough_and_an_unscorable_finding_stops_nothing():
+    signal, noise, labels, groups = _data()
+    rare = np.zeros(len(groups))
+    rare[[0, 1, 2, 3]] = 1  # patients p000 and p001
+    frame = pd.DataFrame({"rare1": np.r_[1, 1, np.zeros(len(groups) - 2)], "rare2": rare, "first": labels["first"]})
+    m = probes.probe_margin(signal, noise, frame, groups=groups, n_resamples=50)
+    # the finding left out comes first: the ones after it are still scored
+    assert m.findings == ["rare2", "first"] and list(m.reasons) == ["rare1"]
+
+
+def test_the_folds_are_stratified_by_the_finding():
+    from crslib import splits
+
+    signal, noise, labels, groups = _data()
+    with mock.patch.object(splits, "stratified_group_kfold", wraps=splits.stratified_group_kfold) as kfold:
+        probes.probe_margin(signal, noise, labels[["first"]], groups=groups, n_resamples=20, random_state=3)
+    y, g, n_splits, seed = kfold.call_args.args
+    np.testing.assert_array_equal(y, labels["first"].to_numpy())
+    np.testing.assert_array_equal(g, groups)
+    assert (n_splits, seed) == (5, 3)
+
+
+def test_unknown_labels_leave_their_images_out_of_that_finding():
+    signal, noise, labels, groups = _data()
+    unknown = labels[["first"]].astype(float)
+    unknown.loc[:59, "first"] = np.nan  # patients p000-p029
+    m = probes.probe_margin(signal, noise, unknown, groups=groups, n_resamples=50)
+    known = slice(60, None)
+    alone = probes.probe_margin(signal[known], noise[known], labels[["first"]].iloc[known], groups=groups[known],
+                                n_resamples=50)
+    # the same folds and fits as without those images: an unknown label is neither class
+    assert m.auroc == alone.auroc and m.reference_auroc == alone.reference_auroc
+    assert m.n_test == 180 and m.n_test_patients == 90
+
+
+def test_the_interval_follows_confidence_and_seed():
+    signal, noise, labels, groups = _data()
+    wide = probes.probe_margin(signal, noise, labels, groups=groups, n_resamples=300, random_state=5)
+    again = probes.probe_margin(signal, noise, labels, groups=groups, n_resamples=300, random_state=5)
+    narrow = probes.probe_margin(signal, noise, labels, groups=groups, n_resamples=300, confidence=0.5,
+                                 random_state=5)
+    assert (again.low, again.high) == (wide.low, wide.high)
+    assert narrow.confidence == 0.5 and wide.confidence == 0.95
+    assert wide.low < narrow.low <= narrow.high < wide.high
+
+
+# --------------------------------------------------------------------------- linear_probe_auroc
+
+
+def _split_data(n_patients=40, per_patient=3, seed=0):
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(np.arange(n_patients), per_patient)
+    y = rng.integers(0, 2, groups.size)
+    X = np.column_stack([y + rng.normal(0, 0.5, groups.size), rng.normal(size=(groups.size, 3))])
+    return X, y, groups
+
+
+def test_linear_probe_auroc_refuses_bad_input_with_its_reason():
+    X, y, groups = _split_data()
+    labels = pd.DataFrame({"a": y})
+    with pytest.raises(InputError, match=r"^X must be a 2-D array"):
+        probes.linear_probe_auroc(X[:, 0], labels, groups=groups)
+    with pytest.raises(InputError, match=r"^groups must have one patient id per image \(120\), got shape \(119,\)$"):
+        probes.linear_probe_auroc(X, labels, groups=groups[:-1])
+    for bad in (0, 1, 1.5, -0.2):
+        with pytest.raises(InputError, match=rf"^test_size must be between 0 and 1, got {bad}$"):
+            probes.linear_probe_auroc(X, labels, groups=groups, test_size=bad)
+    with pytest.raises(InputError, match=r"^groups has a single patient; a patient-grouped split needs at least 2$"):
+        probes.linear_probe_auroc(X, labels, groups=np.zeros(len(groups)))
+
+
+def test_linear_probe_auroc_works_with_two_patients():
+    X, y, _ = _split_data()
+    groups = np.repeat([0, 1], 60)
+    y = np.tile([0, 1], 60)
+    res = probes.linear_probe_auroc(X, pd.DataFrame({"a": y}), groups=groups, test_size=0.5)
+    assert (res.n_train, res.n_test) == (60, 60) and np.isfinite(res.auroc["a"])
+
+
+def test_linear_probe_auroc_splits_by_test_size_and_seed():
+    X, y, groups = _split_data()
+    labels = pd.DataFrame({"a": y})
+    half = probes.linear_probe_auroc(X, labels, groups=groups, test_size=0.5)
+    assert (half.n_train, half.n_test) == (60, 60)
+    same = [probes.linear_probe_auroc(X, labels, groups=groups, random_state=7).auroc["a"] for _ in range(2)]
+    others = {probes.linear_probe_auroc(X, labels, groups=groups, random_state=s).auroc["a"] for s in range(8, 12)}
+    assert same[0] == same[1] and len(others) > 1
+
+
+def test_a_finding_degenerate_in_one_part_only_is_skipped_with_that_part_named(caplog):
+    X, y, groups = _split_data()
+    train, test = probes._probe_split(groups, 0.3, 0)
+    only_train = np.zeros(len(groups))
+    only_train[train[:5]] = 1  # positives in the training part only
+    only_test = np.zeros(len(groups))
+    only_test[test[:5]] = 1
+    labels = pd.DataFrame({"a": y, "train_pos": only_train, "test_pos": only_test})
+    with caplog.at_level("WARNING", logger="crslib"):
+        res = probes.linear_probe_auroc(X, labels, groups=groups)
+    assert res.reasons == {"train_pos": f"single class in the test split (0 positive of {test.size})",
+                           "test_pos": f"single class in the training split (0 positive of {train.size})"}
+    assert np.isnan(res.auroc["train_pos"]) and np.isnan(res.auroc["test_pos"]) and np.isfinite(res.auroc["a"])
+    assert (f"linear_probe_auroc: finding 'test_pos' skipped: single class in the training split "
+            f"(0 positive of {train.size})") in caplog.messages
+    with pytest.raises(InputError, match=r"^no finding could be evaluated: train_pos: single class in the test "
+                                         r"split \(0 positive of \d+\); test_pos: single class in the training"):
+        probes.linear_probe_auroc(X, labels[["train_pos", "test_pos"]], groups=groups)
+
+
+def test_to_frame_is_a_new_frame():
+    X, y, groups = _split_data()
+    res = probes.linear_probe_auroc(X, pd.DataFrame({"a": y}), groups=groups)
+    frame = res.to_frame()
+    frame.loc[0, "auroc"] = -1.0
+    assert res.auroc["a"] > 0.5
+
+
+# --------------------------------------------------------------------------- scores the heads share
+
+
+def test_primary_score_is_auroc_or_r2():
+    from sklearn.metrics import r2_score, roc_auc_score
+
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 50)
+    p = rng.random(50)
+    assert probes.primary_score("classification", y, p) == pytest.approx(roc_auc_score(y, p), abs=1e-12)
+    yr, pr = rng.normal(size=50), rng.normal(size=50)
+    assert probes.primary_score("regression", yr, pr) == pytest.approx(r2_score(yr, pr), abs=1e-12)
+    assert probes.r2(yr, yr) == 1.0 and np.isnan(probes.r2(np.ones(4), np.arange(4.0)))
