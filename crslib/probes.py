@@ -56,9 +56,11 @@ def check_labels(labels: Any, n: int) -> pd.DataFrame:
         vals = out[col].dropna().unique()
         bad = [v for v in vals if v not in (0, 1)]
         if bad or (labels[col].notna() & out[col].isna()).any():
+            found = (bad or list(labels[col][out[col].isna() & labels[col].notna()]))[:3]
+            # numpy scalars as plain values: "[2]", not "[np.int64(2)]"
+            found = [v.item() if isinstance(v, np.generic) else v for v in found]
             raise InputError(
-                f"label column {col!r} must hold 0/1 (or empty for unknown), found values like "
-                f"{(bad or list(labels[col][out[col].isna() & labels[col].notna()]))[:3]}"
+                f"label column {col!r} must hold 0/1 (or empty for unknown), found values like {found}"
             )
     return out
 

@@ -319,6 +319,14 @@ def test_overlap_error_bound_formula():
     for bad in (1.5, -0.1, "0.9", True, None):
         with pytest.raises(InputError):
             ann.overlap_error_bound(bad, 1.0)
+    assert ann.overlap_error_bound(0.0, 1.0) == 1.0  # a recall of 0 is a recall
+    # the message names the argument and the value
+    with pytest.raises(InputError, match=r"^recall_b=1.5 must lie in \[0, 1\]$"):
+        ann.overlap_error_bound(1.0, 1.5)
+    with pytest.raises(InputError, match=r"^recall_a must be a recall in \[0, 1\] or a RecallResult, got '0.9'$"):
+        ann.overlap_error_bound("0.9", 1.0)
+    with pytest.raises(InputError, match=r"^recall_b must be a recall"):
+        ann.overlap_error_bound(1.0, None)
 
 
 def test_overlap_error_bound_holds_empirically():

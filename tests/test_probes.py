@@ -366,3 +366,79 @@ def test_primary_score_is_auroc_or_r2():
     yr, pr = rng.normal(size=50), rng.normal(size=50)
     assert probes.primary_score("regression", yr, pr) == pytest.approx(r2_score(yr, pr), abs=1e-12)
     assert probes.r2(yr, yr) == 1.0 and np.isnan(probes.r2(np.ones(4), np.arange(4.0)))
+    tiny = np.array([0.0, 0.1])  # total sum of squares 0.005: still a defined R^2
+    assert probes.r2(tiny, tiny) == 1.0
+
+
+def test_degenerate_reason_names_the_part_and_its_counts():
+    assert probes.degenerate_reason(np.array([], dtype=int), "test") == "no labelled images in the test split"
+    assert probes.degenerate_reason(np.array([1]), "test") == "single class in the test split (1 positive of 1)"
+    assert probes.degenerate_reason(np.array([0, 0, 0]), "training") == \
+        "single class in the training split (0 positive of 3)"
+    assert probes.degenerate_reason(np.array([0, 1]), "test") is None
+
+
+# --------------------------------------------------------------------------- labels and classifiers the audits share
+
+
+def test_check_labels_accepts_a_series_and_refuses_what_is_not_a_label_frame():
+    frame = probes.check_labels(pd.Series([0, 1, None], name="edema", index=[7, 8, 9]), 3)
+    assert list(frame.columns) == ["edema"] and list(frame.index) == [0, 1, 2]
+    assert frame["edema"].tolist()[:2] == [0, 1] and np.isnan(frame["edema"].iloc[2])
+    with pytest.raises(InputError, match=r"^labels must be a DataFrame with one 0/1 column per finding$"):
+        probes.check_labels([0, 1], 2)
+    with pytest.raises(InputError, match=r"^labels has 2 rows but the embeddings have 3; they must match row by row$"):
+        probes.check_labels(pd.DataFrame({"a": [0, 1]}), 3)
+    with pytest.raises(InputError, match=r"^labels has no finding columns$"):
+        probes.check_labels(pd.DataFrame(index=range(3)), 3)
+    with pytest.raises(InputError, match=r"^label column 'a' must hold 0/1 \(or empty for unknown\), found values "
+                                         r"like \[2\]$"):
+        probes.check_labels(pd.DataFrame({"a": [0, 1, 2, 2]}), 4)
+    # text is not coerced to a number silently: the first three such values are named
+    with pytest.raises(InputError, match=r"found values like \['yes', 'no', 'maybe'\]$"):
+        probes.check_labels(pd.DataFrame({"a": ["yes", "no", "maybe", "never", 1, None]}), 6)
+
+
+def test_make_classifier_is_the_documented_audit_classifier():
+    def solver(n_features):
+        return probes.make_classifier("logistic", 0, n_features)[-1].solver
+
+    assert [solver(n) for n in (0, 1, 1024, 1025)] == ["lbfgs", "newton-cholesky", "newton-cholesky", "lbfgs"]
+    assert probes.make_classifier("logistic", 0)[-1].solver == "lbfgs"  # width unknown
+    pipe = probes.make_classifier("logistic", 0, 8)
+    assert type(pipe[0]).__name__ == "StandardScaler" and len(pipe) == 2
+    params = pipe[-1].get_params()
+    assert (params["C"], params["max_iter"], params["class_weight"]) == (0.1, 2000, "balanced")
+    logistic = probes.logistic_probe(2.0, 7, 3)[-1].get_params()
+    assert (logistic["C"], logistic["max_iter"], logistic["random_state"]) == (2.0, 7, 3)
+
+
+def test_fit_classifier_picks_the_solver_of_the_input_width_and_seeds_the_forest():
+    rng = np.random.default_rng(0)
+    X, y = rng.normal(size=(60, 10)), np.tile([0, 1], 30)
+    assert probes.fit_classifier("logistic", X, y, 5)[-1].solver == "newton-cholesky"
+    forests = [probes.fit_classifier("forest", X, y, 5).predict_proba(X) for _ in range(2)]
+    other = probes.fit_classifier("forest", X, y, 6).predict_proba(X)
+    np.testing.assert_array_equal(forests[0], forests[1])
+    assert not np.array_equal(forests[0], other)
+
+
+def test_out_of_fold_proba_scores_each_fold_with_the_model_fitted_on_the_others():
+    rng = np.random.default_rng(1)
+    X, y = rng.normal(size=(60, 3)), rng.integers(0, 2, 60)
+    folds = np.arange(60) % 3
+    proba, fitted = probes.out_of_fold_proba("forest", X, y, folds, 2, 4)
+    assert proba.dtype == float and not np.isnan(proba).any() and len(fitted) == 3
+    for k in range(3):
+        by_hand = probes.fit_classifier("forest", X[folds != k], y[folds != k], 4)
+        np.testing.assert_array_equal(proba[folds == k], probes.class_proba(by_hand, X[folds == k], 2))
+
+
+def test_labels_sort_numbers_by_value_before_text():
+    values = [10, "b", 2.5, True, "a", np.int64(-1)]
+    assert sorted(values, key=probes.label_sort_key) == [np.int64(-1), 2.5, 10, True, "a", "b"]
+    assert probes.label_sort_key(True) == (1, "True") and probes.label_sort_key(3) == (0, 3.0)
+    classes, codes = probes.class_codes(np.array([2, 10, 2, 10, 1], dtype=object))
+    assert classes == [1, 2, 10] and codes.tolist() == [1, 2, 1, 2, 0] and codes.dtype == np.int64
+    classes, codes = probes.class_codes(np.array(["b", "c", "a"], dtype=object))
+    assert classes == ["a", "b", "c"] and codes.tolist() == [1, 2, 0]
