@@ -3,7 +3,6 @@ over a reference (probe_margin), and the scores the heads share."""
 
 from __future__ import annotations
 
-import inspect
 from unittest import mock
 
 import numpy as np
@@ -198,23 +197,24 @@ def test_probe_targets_leaves_out_what_the_probe_split_cannot_score():
     assert seeds, "no seed put every positive patient in the training part"
 
 
-def test_probe_targets_refuses_a_non_frame():
-    with pytest.raises(InputError, match="DataFrame"):
-        probes.probe_targets([1, 2, 3])
-
-
 # --------------------------------------------------------------------------- probe_margin: contracts
 
 
 def test_the_documented_defaults():
-    # every card's margin and chapter 02's probe table are computed with these values
-    def defaults(function):
-        return {name: p.default for name, p in inspect.signature(function).parameters.items()
-                if p.default is not inspect.Parameter.empty}
-
-    assert defaults(probes.probe_margin) == {"n_splits": 5, "C": 1.0, "max_iter": 2000, "n_resamples": 1000,
-                                             "confidence": 0.95, "random_state": 0}
-    assert defaults(probes.linear_probe_auroc) == {"test_size": 0.3, "C": 1.0, "max_iter": 2000, "random_state": 0}
+    # every card's margin and chapter 02's probe table are computed with these values: a call that
+    # leaves them out equals one that spells them out, and differs from one that changes them
+    signal, noise, labels, groups = _data(n_patients=60)
+    m = probes.probe_margin(signal, noise, labels, groups=groups)
+    spelled = probes.probe_margin(signal, noise, labels, groups=groups, n_splits=5, C=1.0, max_iter=2000,
+                                  n_resamples=1000, confidence=0.95, random_state=0)
+    assert m.to_dict() == spelled.to_dict() and m.n_resamples == 1000
+    other_c = probes.probe_margin(signal, noise, labels, groups=groups, C=2.0, n_resamples=1000)
+    assert other_c.reference_auroc != m.reference_auroc  # C changes the scores: the first check can fail
+    # linear_probe_auroc's C rarely changes a ranking: the probe it fits is checked instead
+    X, y, split_groups = _split_data()
+    with mock.patch.object(probes, "logistic_probe", wraps=probes.logistic_probe) as probe:
+        res = probes.linear_probe_auroc(X, pd.DataFrame({"a": y}), groups=split_groups)
+    assert probe.call_args.args == (1.0, 2000, 0) and (res.n_train, res.n_test) == (84, 36)
 
 
 def test_probe_margin_names_the_bad_argument():
@@ -442,3 +442,31 @@ def test_labels_sort_numbers_by_value_before_text():
     assert classes == [1, 2, 10] and codes.tolist() == [1, 2, 1, 2, 0] and codes.dtype == np.int64
     classes, codes = probes.class_codes(np.array(["b", "c", "a"], dtype=object))
     assert classes == ["a", "b", "c"] and codes.tolist() == [1, 2, 0]
+
+
+def test_probe_targets_uses_linear_probe_aurocs_split_and_names_the_part_it_fails_in():
+    n_patients = 40
+    patients = np.repeat([f"p{i:03d}" for i in range(n_patients)], 2)
+    train, test = probes._probe_split(patients, 0.3, 0)
+    test_patients = sorted(set(patients[test]))
+    train_patients = sorted(set(patients[train]))
+    # positives only among the test patients (6 of them), or only among the training patients
+    m = pd.DataFrame({
+        "patient_id": patients,
+        "finding_test_only": np.isin(patients, test_patients[:6]).astype(int),
+        "finding_train_only": np.isin(patients, train_patients[:6]).astype(int),
+        "finding_both": np.isin(patients, test_patients[:6] + train_patients[:6]).astype(int),
+    })
+    with mock.patch.object(probes, "_probe_split", wraps=probes._probe_split) as split:
+        targets, left_out = probes.probe_targets(m)
+    np.testing.assert_array_equal(split.call_args.args[0], patients)
+    assert split.call_args.args[1:] == (0.3, 0)
+    assert list(targets.columns) == ["finding_both"]
+    prefix = "the probe's patient-grouped train/test split does not allow it: single class in the "
+    assert left_out == {"finding_test_only": prefix + f"training split (0 positive of {train.size})",
+                        "finding_train_only": prefix + f"test split (0 positive of {test.size})"}
+
+
+def test_probe_targets_names_what_it_was_given():
+    with pytest.raises(InputError, match=r"^manifest must be a DataFrame, got list$"):
+        probes.probe_targets([1, 2, 3])
