@@ -78,8 +78,9 @@ def probe_targets(
     The ``finding_*`` columns when the manifest has any; otherwise a
     ``label`` with exactly two classes (numbers or text), coded 0 for the
     first class and 1 for the second in sorted order (the column is named
-    ``label=<second class>``). A column whose classes have fewer than
-    ``min_per_class`` patients each, or that has a single class in the
+    ``label=<second class>``). A finding that does not hold 0/1 (text such
+    as ``yes``/``no``, other codes), a column whose classes have fewer than
+    ``min_per_class`` patients each, or one that has a single class in the
     training or test part of the probe's patient-grouped split, is left out
     with the reason, so :func:`linear_probe_auroc` (given the same
     ``groups``, ``test_size`` and ``random_state``) fits every column.
@@ -131,7 +132,13 @@ def probe_targets(
         if reason:
             left_out[column] = reason
         elif findings:
-            candidates[column] = pd.to_numeric(manifest[column], errors="coerce").astype(float)
+            numeric = pd.to_numeric(manifest[column], errors="coerce").astype(float)
+            not_numbers = manifest[column][numeric.isna() & manifest[column].notna()]
+            if len(not_numbers) or not numeric.dropna().isin([0, 1]).all():
+                shown = sorted({str(v) for v in manifest[column].dropna()} - {"0", "1", "0.0", "1.0"})[:3]
+                left_out[column] = f"`{column}` must hold 0/1 (or empty for unknown); it holds values like {shown}"
+            else:
+                candidates[column] = numeric
         else:
             known = manifest["label"].notna().to_numpy()
             classes, codes = class_codes(manifest["label"].to_numpy()[known])

@@ -244,6 +244,12 @@ def test_two_patients_of_the_rarer_class_are_enough_and_an_unscorable_finding_st
     m = probes.probe_margin(signal, noise, frame, groups=groups, n_resamples=50)
     # the finding left out comes first: the ones after it are still scored
     assert m.findings == ["rare2", "first"] and list(m.reasons) == ["rare1"]
+    # rare2's two patients are missing from some patient resamples: those are counted, not scored
+    assert 0 < m.n_invalid < 50
+    # the rarer class may be the negative one
+    mostly = probes.probe_margin(signal, noise, frame.assign(rare1=1 - frame["rare1"]), groups=groups,
+                                 n_resamples=20)
+    assert mostly.reasons == {"rare1": "1 patient(s) of its rarer class; out-of-fold scores need 2"}
 
 
 def test_the_folds_are_stratified_by_the_finding():
@@ -278,6 +284,8 @@ def test_the_interval_follows_confidence_and_seed():
     narrow = probes.probe_margin(signal, noise, labels, groups=groups, n_resamples=300, confidence=0.5,
                                  random_state=5)
     assert (again.low, again.high) == (wide.low, wide.high)
+    other_seed = probes.probe_margin(signal, noise, labels, groups=groups, n_resamples=300, random_state=6)
+    assert (other_seed.low, other_seed.high) != (wide.low, wide.high)
     assert narrow.confidence == 0.5 and wide.confidence == 0.95
     assert wide.low < narrow.low <= narrow.high < wide.high
 
@@ -396,7 +404,7 @@ def test_check_labels_accepts_a_series_and_refuses_what_is_not_a_label_frame():
         probes.check_labels(pd.DataFrame({"a": [0, 1, 2, 2]}), 4)
     # text is not coerced to a number silently: the first three such values are named
     with pytest.raises(InputError, match=r"found values like \['yes', 'no', 'maybe'\]$"):
-        probes.check_labels(pd.DataFrame({"a": ["yes", "no", "maybe", "never", 1, None]}), 6)
+        probes.check_labels(pd.DataFrame({"a": [1, 0, "yes", "no", "maybe", "never", None]}), 7)
 
 
 def test_make_classifier_is_the_documented_audit_classifier():
@@ -465,6 +473,17 @@ def test_probe_targets_uses_linear_probe_aurocs_split_and_names_the_part_it_fail
     prefix = "the probe's patient-grouped train/test split does not allow it: single class in the "
     assert left_out == {"finding_test_only": prefix + f"training split (0 positive of {train.size})",
                         "finding_train_only": prefix + f"test split (0 positive of {test.size})"}
+
+
+def test_probe_targets_leaves_out_a_finding_that_is_not_0_1():
+    n = 80
+    m = pd.DataFrame({"patient_id": _patients(n), "finding_text": ["yes", "no", "no", "yes"] * (n // 4),
+                      "finding_codes": [0, 2, 1, 2] * (n // 4), "finding_ok": ["0", "1", "1", "0"] * (n // 4)})
+    targets, left_out = probes.probe_targets(m)
+    assert list(targets.columns) == ["finding_ok"] and targets["finding_ok"].tolist()[:4] == [0.0, 1.0, 1.0, 0.0]
+    assert left_out == {"finding_text": "`finding_text` must hold 0/1 (or empty for unknown); it holds values like "
+                                        "['no', 'yes']",
+                        "finding_codes": "`finding_codes` needs exactly two classes; it has 3 ('0', '1', '2')"}
 
 
 def test_probe_targets_names_what_it_was_given():
