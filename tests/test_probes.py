@@ -417,6 +417,9 @@ def test_make_classifier_is_the_documented_audit_classifier():
     assert type(pipe[0]).__name__ == "StandardScaler" and len(pipe) == 2
     params = pipe[-1].get_params()
     assert (params["C"], params["max_iter"], params["class_weight"]) == (0.1, 2000, "balanced")
+    forest = probes.make_classifier("forest", 9).get_params()
+    assert {k: forest[k] for k in ("n_estimators", "min_samples_leaf", "class_weight", "random_state", "n_jobs")} \
+        == {"n_estimators": 200, "min_samples_leaf": 2, "class_weight": "balanced", "random_state": 9, "n_jobs": 1}
     logistic = probes.logistic_probe(2.0, 7, 3)[-1].get_params()
     assert (logistic["C"], logistic["max_iter"], logistic["random_state"]) == (2.0, 7, 3)
 
