@@ -79,6 +79,8 @@ def test_the_interval_resamples_patients():
     # the bootstrap draws patients, the same ones for both sides
     np.testing.assert_array_equal(bootstrap.call_args.kwargs["groups"], groups)
     assert bootstrap.call_args.kwargs["n_resamples"] == 300 and m.n_resamples == 300
+    # the seed reaches the bootstrap, not only the folds
+    assert bootstrap.call_args.kwargs["random_state"] == 1
     # one row per image but the same patients: resampling images instead would narrow the interval
     by_image = probes.probe_margin(signal, noise, labels, groups=np.arange(len(groups)), n_resamples=300,
                                    random_state=1)
