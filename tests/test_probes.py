@@ -494,3 +494,20 @@ def test_probe_targets_leaves_out_a_finding_that_is_not_0_1():
 def test_probe_targets_names_what_it_was_given():
     with pytest.raises(InputError, match=r"^manifest must be a DataFrame, got list$"):
         probes.probe_targets([1, 2, 3])
+
+
+def test_fit_classifier_silences_convergence_warnings_only():
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+    from sklearn.linear_model import LogisticRegression
+
+    rng = np.random.default_rng(2)
+    X, y = rng.normal(size=(80, 5)), np.tile([0, 1], 40)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        LogisticRegression(max_iter=1).fit(X, y)  # this fit does warn
+        assert any(issubclass(w.category, ConvergenceWarning) for w in caught)
+        caught.clear()
+        probes.fit_classifier(LogisticRegression(max_iter=1), X, y, 0)
+    assert caught == []
