@@ -56,7 +56,7 @@ def check_labels(labels: Any, n: int) -> pd.DataFrame:
         vals = out[col].dropna().unique()
         bad = [v for v in vals if v not in (0, 1)]
         if bad or (labels[col].notna() & out[col].isna()).any():
-            found = (bad or list(labels[col][out[col].isna() & labels[col].notna()]))[:3]
+            found = (bad or list(pd.unique(labels[col][out[col].isna() & labels[col].notna()])))[:3]
             # numpy scalars as plain values: "[2]", not "[np.int64(2)]"
             found = [v.item() if isinstance(v, np.generic) else v for v in found]
             raise InputError(
@@ -132,13 +132,10 @@ def probe_targets(
         if reason:
             left_out[column] = reason
         elif findings:
-            numeric = pd.to_numeric(manifest[column], errors="coerce").astype(float)
-            not_numbers = manifest[column][numeric.isna() & manifest[column].notna()]
-            if len(not_numbers) or not numeric.dropna().isin([0, 1]).all():
-                shown = sorted({str(v) for v in manifest[column].dropna()} - {"0", "1", "0.0", "1.0"})[:3]
-                left_out[column] = f"`{column}` must hold 0/1 (or empty for unknown); it holds values like {shown}"
-            else:
-                candidates[column] = numeric
+            try:  # the probes' own check: 0/1 or empty, text such as yes/no refused
+                candidates[column] = check_labels(manifest[[column]], len(manifest))[column].to_numpy(dtype=float)
+            except InputError as exc:
+                left_out[column] = str(exc)
         else:
             known = manifest["label"].notna().to_numpy()
             classes, codes = class_codes(manifest["label"].to_numpy()[known])

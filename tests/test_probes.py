@@ -486,8 +486,8 @@ def test_probe_targets_leaves_out_a_finding_that_is_not_0_1():
                       "finding_codes": [0, 2, 1, 2] * (n // 4), "finding_ok": ["0", "1", "1", "0"] * (n // 4)})
     targets, left_out = probes.probe_targets(m)
     assert list(targets.columns) == ["finding_ok"] and targets["finding_ok"].tolist()[:4] == [0.0, 1.0, 1.0, 0.0]
-    assert left_out == {"finding_text": "`finding_text` must hold 0/1 (or empty for unknown); it holds values like "
-                                        "['no', 'yes']",
+    assert left_out == {"finding_text": "label column 'finding_text' must hold 0/1 (or empty for unknown), found "
+                                        "values like ['yes', 'no']",
                         "finding_codes": "`finding_codes` needs exactly two classes; it has 3 ('0', '1', '2')"}
 
 
