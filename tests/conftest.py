@@ -119,6 +119,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     module = mutant.split(".")[1]
     prefixes = tuple(f"test_{name}" for name in OWN_TESTS.get(module, (module,)))
     own = [item for item in items if Path(str(item.path)).name.startswith(prefixes)]
+    # the module's namesake tests first: they are the quick, direct ones, and with -x they usually
+    # kill a mutant before a workflow test of another module pays its set-up
+    own.sort(key=lambda item: not Path(str(item.path)).name.startswith(f"test_{module}"))
     others = [item for item in items if not Path(str(item.path)).name.startswith(prefixes)]
     if os.environ.get("CRS_MUTATION_SCOPE", "own") == "own":
         if others:
