@@ -20,6 +20,7 @@ from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
 from crslib import probes
+from crslib.errors import InputError
 
 
 def _task(task="classification", n=60, seed=0):
@@ -325,3 +326,32 @@ def test_fit_head_hands_every_argument_to_the_named_head():
     np.testing.assert_allclose(mlp[0], probes.fit_mlp_head(Z, y, tr, folds, "classification", 2)[0])
     assert mlp[1] == "hidden=64"
     assert not np.allclose(mlp[0], probes.fit_head("mlp", Z, y, tr, folds, "classification", 3)[0])
+
+
+def test_knn_means_find_the_kth_distance_among_many_rows():
+    # partial sorts only place the k-th value: on many rows any other position is unordered
+    rng = np.random.default_rng(7)
+    Z_fit, Z_query, y = rng.normal(size=(3000, 3)), rng.normal(size=(50, 3)), rng.normal(size=3000)
+    means = probes.knn_means(Z_fit, y, Z_query, [2, 9, 40])
+    for k in (2, 9, 40):
+        np.testing.assert_allclose(means[k], _brute_knn_means(Z_fit, y, Z_query, k), err_msg=f"k={k}")
+
+
+def test_fit_mlp_head_lets_other_warnings_through():
+    from sklearn.exceptions import DataConversionWarning
+
+    Z, y, tr, folds = _task()
+    with pytest.warns(DataConversionWarning):  # a column vector where a 1-D y is expected
+        probes.fit_mlp_head(Z, y[:, None], tr, folds, "classification", 0)
+
+
+def test_make_classifier_names_what_it_was_given_instead_of_a_classifier():
+    class NoProba:
+        def fit(self, X, y):
+            return self
+
+    for model in (object(), NoProba()):
+        with pytest.raises(InputError) as info:
+            probes.make_classifier(model, 0)
+        assert str(info.value) == ("model must be 'logistic', 'forest' or a scikit-learn classifier with "
+                                   f"predict_proba, got {type(model).__name__}")
