@@ -146,6 +146,9 @@ def test_fit_linear_head_picks_the_penalty_of_the_best_inner_score(task):
     final = _linear_by_hand(task)(grid[best], Z[tr], y[tr], Z)
     assert pred.shape == (len(y),)
     np.testing.assert_allclose(pred, final, rtol=1e-6, atol=1e-8)
+    # a score that rewards the flattest prediction picks the largest penalty of the task's grid
+    _, param, _ = probes.fit_linear_head(Z, y, tr, folds, task, score=lambda t, p: -float(np.var(p)))
+    assert param == (f"C={min(grid):g}" if task == "classification" else f"alpha={max(grid):g}")
 
 
 def test_fit_linear_head_ranks_by_the_given_score_and_uses_each_folds_features():
@@ -305,12 +308,22 @@ def test_fit_mlp_head_regresses_on_the_standardised_target_and_silences_converge
     np.testing.assert_allclose(constant, 7.0, atol=0.1)
 
 
+def _inner_auroc(head, param, Z, y, tr, folds):
+    value = float(param.split("=")[1])
+    if head == "linear":
+        make = _linear_by_hand("classification")
+    else:
+        def make(k, Zf, yf, Zv):
+            return _brute_knn_means(Zf, yf, Zv, int(k))
+    return _inner_scores_by_hand(make, Z, y, tr, folds, [value], lambda t, p: roc_auc_score(t, p))[0]
+
+
 def test_fit_head_hands_every_argument_to_the_named_head():
     Z, y, tr, folds = _task()
-    fold_features = [Z[tr] * 2.0, -Z[tr]]
+    fold_features = [Z[tr], np.random.default_rng(9).normal(size=Z[tr].shape)]  # fold 1: noise
 
-    def score(t, p):
-        return -float(np.var(p))
+    def score(t, p):  # an AUROC with its own sign: the given score, not the default, ranks the settings
+        return -roc_auc_score(t, p)
 
     for head, fit in [("linear", probes.fit_linear_head), ("knn", probes.fit_knn_head)]:
         got = probes.fit_head(head, Z, y, tr, folds, "classification", 0, fold_features=fold_features, score=score)
@@ -319,9 +332,16 @@ def test_fit_head_hands_every_argument_to_the_named_head():
         assert got[1] == want[1] and got[2] == pytest.approx(want[2])
         fixed = probes.fit_head(head, Z, y, tr, folds, "classification", 0, param=5)
         assert fixed[1] in ("C=5", "k=5") and np.isnan(fixed[2])
-    # without score and features, the default inner score
-    got = probes.fit_head("linear", Z, y, tr, folds, "classification", 0)
-    assert got[1:] == probes.fit_linear_head(Z, y, tr, folds, "classification")[1:]
+        # the fold features reach the head: without them the (default) inner score differs
+        with_features = probes.fit_head(head, Z, y, tr, folds, "classification", 0, fold_features=fold_features)
+        assert with_features[2] == pytest.approx(fit(Z, y, tr, folds, "classification",
+                                                     fold_features=fold_features)[2])
+        assert with_features[2] != pytest.approx(fit(Z, y, tr, folds, "classification")[2])
+    # without score and features, the task's default inner score (AUROC here)
+    for head, fit in [("linear", probes.fit_linear_head), ("knn", probes.fit_knn_head)]:
+        got = probes.fit_head(head, Z, y, tr, folds, "classification", 0)
+        assert got[1:] == fit(Z, y, tr, folds, "classification")[1:]
+        assert got[2] == pytest.approx(_inner_auroc(head, got[1], Z, y, tr, folds))
     mlp = probes.fit_head("mlp", Z, y, tr, folds, "classification", 2)
     np.testing.assert_allclose(mlp[0], probes.fit_mlp_head(Z, y, tr, folds, "classification", 2)[0])
     assert mlp[1] == "hidden=64"
