@@ -144,3 +144,15 @@ def test_bad_arguments_are_refused():
             recall.knn_recall(X, exact, **kwargs)
     with pytest.raises(InputError, match="approx_indices"):
         recall.knn_recall(X, exact[:-1])
+
+
+def test_the_messages_name_the_arguments():
+    X = _points(30)
+    exact = nb.knn_indices(X, k=3)
+    with pytest.raises(InputError) as info:
+        recall.knn_recall(X, exact[:-1])
+    assert str(info.value).endswith("row counts differ (X: 30, approx_indices: 29)")
+    with pytest.raises(InputError) as info:
+        recall.knn_recall(X, exact.astype(float))
+    assert str(info.value) == ("approx_indices must be a 2-D integer array of neighbour indices (N, k), "
+                               "got float64 (30, 3)")
