@@ -135,7 +135,7 @@ def test_fit_classifier_lets_other_warnings_through():
 def test_fit_linear_head_picks_the_penalty_of_the_best_inner_score(task):
     Z, y, tr, folds = _task(task)
     grid = probes._C_GRID if task == "classification" else probes._ALPHA_GRID
-    default_score = (lambda t, p: roc_auc_score(t, p)) if task == "classification" else probes.r2
+    default_score = roc_auc_score if task == "classification" else probes.r2
     scores = _inner_scores_by_hand(_linear_by_hand(task), Z, y, tr, folds, grid, default_score)
     best = int(np.argmax(scores))
     pred, param, inner = probes.fit_linear_head(Z, y, tr, folds, task)
@@ -165,10 +165,9 @@ def test_fit_linear_head_ranks_by_the_given_score_and_uses_each_folds_features()
     # the inner score is the one computed on those, not on Z
     rng = np.random.default_rng(5)
     fold_features = [Z[tr], rng.normal(size=Z[tr].shape)]
-    auroc = lambda t, p: roc_auc_score(t, p)  # noqa: E731
-    expected = _inner_scores_by_hand(_linear_by_hand("classification"), Z, y, tr, folds, probes._C_GRID, auroc,
+    expected = _inner_scores_by_hand(_linear_by_hand("classification"), Z, y, tr, folds, probes._C_GRID, roc_auc_score,
                                      fold_features=fold_features)
-    plain = _inner_scores_by_hand(_linear_by_hand("classification"), Z, y, tr, folds, probes._C_GRID, auroc)
+    plain = _inner_scores_by_hand(_linear_by_hand("classification"), Z, y, tr, folds, probes._C_GRID, roc_auc_score)
     _, param, inner = probes.fit_linear_head(Z, y, tr, folds, "classification", fold_features=fold_features)
     assert inner == pytest.approx(expected.max())
     assert not np.isclose(expected.max(), plain.max())
@@ -234,7 +233,7 @@ def test_fit_knn_head_picks_k_by_inner_score_and_predicts_every_row_from_the_tra
     folds = [(np.arange(0, 40), np.arange(40, 80)), (np.arange(40, 80), np.arange(0, 40))]
     scores = _inner_scores_by_hand(
         lambda k, Zf, yf, Zv: _brute_knn_means(Zf, yf, Zv, k), Z, y, tr, folds, probes._K_GRID,
-        lambda t, p: roc_auc_score(t, p))
+        roc_auc_score)
     best = int(np.argmax(scores))
     pred, param, inner = probes.fit_knn_head(Z, y, tr, folds, "classification")
     k = probes._K_GRID[best]
@@ -263,7 +262,7 @@ def test_fit_knn_head_with_fixed_k_targets_and_fold_features():
     flipped = [-Z[tr][:, ::-1] * np.array([1.0, 1.0, 50.0]), Z[tr]]
     expected = _inner_scores_by_hand(
         lambda k, Zf, yf, Zv: _brute_knn_means(Zf, yf, Zv, k), Z, y, tr, folds, probes._K_GRID,
-        lambda t, p: roc_auc_score(t, p), fold_features=flipped)
+        roc_auc_score, fold_features=flipped)
     _, param, inner = probes.fit_knn_head(Z, y, tr, folds, "classification", fold_features=flipped)
     assert inner == pytest.approx(expected.max()) and param == f"k={probes._K_GRID[int(np.argmax(expected))]}"
 
@@ -315,7 +314,7 @@ def _inner_auroc(head, param, Z, y, tr, folds):
     else:
         def make(k, Zf, yf, Zv):
             return _brute_knn_means(Zf, yf, Zv, int(k))
-    return _inner_scores_by_hand(make, Z, y, tr, folds, [value], lambda t, p: roc_auc_score(t, p))[0]
+    return _inner_scores_by_hand(make, Z, y, tr, folds, [value], roc_auc_score)[0]
 
 
 def test_fit_head_hands_every_argument_to_the_named_head():
