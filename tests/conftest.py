@@ -102,6 +102,13 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
 }
 
 
+def _shares_setup(item: pytest.Item) -> bool:
+    """Whether the test uses a fixture built once per module or session (expensive: the phantoms)."""
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    return any(defs and defs[-1].scope in ("module", "package", "session") for defs in definitions)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under ``make mutation``, run only the mutated module's own test files.
 
@@ -119,9 +126,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     module = mutant.split(".")[1]
     prefixes = tuple(f"test_{name}" for name in OWN_TESTS.get(module, (module,)))
     own = [item for item in items if Path(str(item.path)).name.startswith(prefixes)]
-    # the module's namesake tests first: they are the quick, direct ones, and with -x they usually
-    # kill a mutant before a workflow test of another module pays its set-up
-    own.sort(key=lambda item: not Path(str(item.path)).name.startswith(f"test_{module}"))
+    # the module's namesake tests first, and within each file the tests without a module- or
+    # session-wide fixture first: they are the quick, direct ones, and with -x they usually kill a
+    # mutant before a test pays a shared set-up (phantoms, audits) in the mutant's fresh process
+    own.sort(key=lambda item: (not Path(str(item.path)).name.startswith(f"test_{module}"), _shares_setup(item)))
     others = [item for item in items if not Path(str(item.path)).name.startswith(prefixes)]
     if os.environ.get("CRS_MUTATION_SCOPE", "own") == "own":
         if others:

@@ -931,3 +931,121 @@ def test_property_matrix_bool_column_with_missing_values_keeps_its_group():
     assert pm.features["has_exif"].tolist() == [1.0, -1.0, 0.0, 1.0]
     assert pm.features["has_exif_missing"].tolist() == [0.0, 1.0, 0.0, 0.0]
     assert pm.feature_groups == {"has_exif": "has_exif", "has_exif_missing": "has_exif", "size": "size"}
+
+
+# --------------------------------------------------------------------------- result serialisation
+
+
+def _partition_result(*, n_permutations: int = 5, shared: int = 25) -> A.PartitionAuditResult:
+    table = pd.DataFrame({"scope": ["all", "class=1"], "auc": [0.123456789, float("nan")]})
+    used = np.array([True, False, True, False, False])
+    return A.PartitionAuditResult(table=table, scores=np.zeros(5), folds=np.zeros(5), is_test=np.zeros(5, bool),
+                                  used=used, model="forest", n_splits=3,
+                                  shared_patients=[f"p{i:02d}" for i in range(shared)], confidence=0.9,
+                                  n_permutations=n_permutations)
+
+
+def _shortcut_result() -> S.ShortcutAuditResult:
+    table = pd.DataFrame({"scope": ["pool", "test"], "balanced_accuracy": [0.987654321, 0.5]})
+    importances = pd.DataFrame({"feature": ["size"], "importance_mean": [0.333333333]})
+    return S.ShortcutAuditResult(table=table, importances=importances, classes=["a", "b"],
+                                 pool_predictions=np.zeros(2), test_predictions=np.zeros(2), folds=np.zeros(2))
+
+
+def test_partition_result_to_dict_names_every_field_rounds_and_caps_the_patients():
+    out = _partition_result().to_dict()
+    assert out == {
+        "model": "forest", "n_splits": 3, "confidence": 0.9, "n_permutations": 5,
+        "permutation_note": S.permutation_note(5), "n_excluded": 3, "n_shared_patients": 25,
+        "shared_patients": [f"p{i:02d}" for i in range(20)],
+        "table": [{"scope": "all", "auc": 0.1235}, {"scope": "class=1", "auc": None}],
+    }
+    assert _partition_result(n_permutations=0, shared=0).to_dict()["permutation_note"] == ""
+
+
+class _Leakage:
+    """Stands in for a LeakageResult: what AuditResult.to_dict must pass through unrounded."""
+
+    def to_dict(self):
+        return {"similarity": 0.123456789}
+
+
+def test_audit_result_to_dict_nests_every_part_and_keeps_the_leakage_precision():
+    partition, shortcut = _partition_result(), _shortcut_result()
+    result = A.AuditResult(n_images=7, label_column="diagnosis", pool=("train", "val"), test="test",
+                           provenance={"share": 0.123456789}, partition_properties=partition, shortcut=shortcut,
+                           partition_embeddings=_partition_result(n_permutations=30, shared=1),
+                           embedding_name="resnet", property_columns=["size", "width"], notes=["no patient ids"],
+                           file_properties=["size"], leakage=_Leakage())
+    out = result.to_dict()
+    assert out == {
+        "n_images": 7, "label_column": "diagnosis", "pool": ["train", "val"], "test": "test",
+        "provenance": {"share": 0.1235},
+        "partition_properties": partition.to_dict(),
+        "partition_embeddings": _partition_result(n_permutations=30, shared=1).to_dict(),
+        "embedding_name": "resnet", "shortcut": shortcut.to_dict(), "leakage": {"similarity": 0.123456789},
+        "property_columns": ["size", "width"], "notes": ["no patient ids"], "paper": A.PAPER_NUMBERS,
+    }
+    assert list(out) == ["n_images", "label_column", "pool", "test", "provenance", "partition_properties",
+                         "partition_embeddings", "embedding_name", "shortcut", "leakage", "property_columns",
+                         "notes", "paper"]
+    bare = A.AuditResult(n_images=7, label_column="label", pool=("train",), test="test", provenance={},
+                         partition_properties=partition, shortcut=shortcut).to_dict()
+    assert bare["partition_embeddings"] is None and bare["leakage"] is None and bare["embedding_name"] is None
+    assert bare["property_columns"] == [] and bare["notes"] == []
+
+
+def _scored_partition(model: str, aucs: tuple[float, float]) -> A.PartitionAuditResult:
+    table = pd.DataFrame({"scope": ["all", "class=1"], "auc": list(aucs), "low": [aucs[0] - 0.1, 0.0],
+                          "high": [aucs[0] + 0.1, 1.0]})
+    return A.PartitionAuditResult(table=table, scores=np.zeros(2), folds=np.zeros(2), is_test=np.zeros(2, bool),
+                                  used=np.ones(2, bool), model=model, confidence=0.8)
+
+
+def test_checklist_evidence_reads_every_number_from_the_results():
+    shortcut = S.ShortcutAuditResult(
+        table=pd.DataFrame({"scope": ["pool", "test"], "balanced_accuracy": [0.9, 0.51234], "low": [0.85, 0.45],
+                            "high": [0.95, 0.57]}),
+        importances=pd.DataFrame({"feature": [f"f{i}" for i in range(7)], "alone": [0.5, 0.9, 0.6, 0.8, 0.7, 0.1,
+                                                                                     0.2]}),
+        classes=[0, 1], pool_predictions=np.zeros(2), test_predictions=np.zeros(2), folds=np.zeros(2),
+        confidence=0.9)
+    provenance = {"splits": [{"split": "train", "images": 10}, {"split": "test", "images": 30}],
+                  "n_patients_in_several_splits": 0}
+    result = A.AuditResult(n_images=40, label_column="label", pool=("train",), test="test", provenance=provenance,
+                           partition_properties=_scored_partition("logistic", (0.6, 0.55)), shortcut=shortcut,
+                           partition_embeddings=_scored_partition("my-svm", (0.7, 0.65)), embedding_name="resnet",
+                           file_properties=["width", "image_id", "bytes"])
+    evidence = result.checklist_evidence(data="xray/", source="nb05")
+    split = evidence["split"]
+    assert split["provenance"] == "official split of the data set (xray/): test 30, train 10 images"
+    assert split["patients_disjoint"] is True
+    assert split["leakage"] == "not measured: " + A.NO_FINGERPRINTS
+    assert split["patients_disjoint_basis"].endswith("raw person numbers not compared (no leakage audit)")
+    assert split["confidence"] == 0.8
+    assert split["partition_auc"] == {"estimate": 0.7, "low": pytest.approx(0.6), "high": pytest.approx(0.8)}
+    assert split["partition_auc_file_properties"] == {"estimate": 0.6, "low": 0.5, "high": 0.7}
+    assert split["partition_auc_by_class"] == {"all": 0.7, "class=1": 0.65}
+    assert split["partition_model"] == "my-svm on resnet embeddings"  # a name the map does not know is kept
+    assert split["effect"] == {
+        "description": "partition classifier AUC (training pool vs official test split), resnet embeddings",
+        "value": 0.7, "low": pytest.approx(0.6), "high": pytest.approx(0.8), "unit": "AUC",
+        "paper": A.PAPER_NUMBERS["partition_auc"], "source": "nb05"}
+    cut = evidence["shortcut"]
+    assert cut["pool_balanced_accuracy"] == {"estimate": 0.9, "low": 0.85, "high": 0.95}
+    assert cut["test_balanced_accuracy"] == {"estimate": 0.51234, "low": 0.45, "high": 0.57}
+    assert cut["confidence"] == 0.9
+    assert cut["features"] == ["bytes", "width"]
+    assert cut["top_features"] == ["f1", "f3", "f4", "f2", "f0"]
+    assert cut["effect"] == {
+        "description": "balanced accuracy of a file-property classifier in the training pool (patient-grouped "
+                       "CV); on the test split it is 0.512",
+        "value": 0.9, "low": 0.85, "high": 0.95, "unit": "balanced accuracy",
+        "paper": A.PAPER_NUMBERS["shortcut_pool"], "source": "nb05"}
+    # without embeddings: the file properties' partition, under the map's names
+    result.partition_embeddings, result.provenance = None, {**provenance, "n_patients_in_several_splits": 2}
+    evidence = result.checklist_evidence(data="xray/")
+    assert evidence["split"]["partition_model"] == "logistic regression on file properties"
+    assert evidence["split"]["partition_auc"] == {"estimate": 0.6, "low": 0.5, "high": 0.7}
+    assert evidence["split"]["patients_disjoint"] is False
+    assert evidence["split"]["effect"]["source"] == evidence["shortcut"]["effect"]["source"] == "crs audit"

@@ -8,7 +8,10 @@ kill rate or makes its mutants look unreached.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -54,3 +57,30 @@ def test_every_equivalent_mutant_names_a_mutated_module_and_says_why() -> None:
         assert set(entry) == {"function", "mutated", "why"}, entry
         assert entry["function"].split(".")[1] in modules, entry["function"]
         assert len(entry["why"]) > 20, entry
+
+
+def _collected(mutant: str, *files: str) -> list[str]:
+    env = {**os.environ, "MUTANT_UNDER_TEST": mutant, "CRS_MUTATION_SCOPE": "own"}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                           *files], cwd=ROOT, env=env, capture_output=True, text=True, check=True)
+    return [line for line in done.stdout.splitlines() if "::" in line]
+
+
+def test_a_mutant_runs_its_own_tests_namesakes_and_cheap_tests_first() -> None:
+    ids = _collected("crslib.splits.x_grouped_split__mutmut_1", "tests/test_audit.py", "tests/test_splits.py",
+                     "tests/test_agreement.py")
+    files = [i.split("::")[0] for i in ids]
+    assert not any(f.endswith("test_agreement.py") for f in files)  # not one of the module's own files
+    first_audit = files.index("tests/test_audit.py")
+    assert set(files[:first_audit]) == {"tests/test_splits.py"} and set(files[first_audit:]) == {"tests/test_audit.py"}
+    audit = [i.split("::")[1] for i in ids[first_audit:]]
+    # a test without a module-wide fixture before one that builds the module's phantoms
+    assert audit.index("test_fold_assignment_matches_scikit_learn") < audit.index("test_partition_finds_split_shift")
+    cheap = audit.index("test_audit_result_to_dict_nests_every_part_and_keeps_the_leakage_precision")
+    assert cheap < audit.index("test_no_patient_in_two_folds")
+    # outside make mutation, nothing is reordered or left out
+    plain = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                            "tests/test_audit.py"], cwd=ROOT, capture_output=True, text=True, check=True,
+                           env={k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"})
+    names = [line.split("::")[1] for line in plain.stdout.splitlines() if "::" in line]
+    assert names.index("test_partition_finds_split_shift") < names.index("test_fold_assignment_matches_scikit_learn")

@@ -15,6 +15,7 @@ from crslib.splits import (
     check_pool_and_test,
     grouped_folds,
     grouped_partition,
+    grouped_split,
     inner_folds,
     min_patients,
     patient_partition,
@@ -546,3 +547,13 @@ def test_pool_test_masks_compares_split_names_as_exact_text():
         ),
     ):
         pool_test_masks(split[:2], ("train",), "test")
+
+
+def test_grouped_split_gives_a_group_whose_middle_is_on_a_boundary_to_the_later_part():
+    """Parts hold the half-open share ranges [0, 0.5) and [0.5, 1]: sizes 1, 2, 1 in that shuffled order
+    put the middle of the 2-row group exactly on 0.5."""
+    groups = np.array(["a", "b", "b", "c"])
+    seed = next(s for s in range(100) if np.random.default_rng(s).permutation(3)[1] == 1)  # "b" drawn second
+    first, second = grouped_split(groups, (0.5, 0.5), np.random.default_rng(seed))
+    assert sorted(groups[second]).count("b") == 2 and "b" not in groups[first]
+    assert len(first) == 1 and len(second) == 3
