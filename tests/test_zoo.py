@@ -373,3 +373,42 @@ def test_spec_validation():
         ZooModelSpec.make("autoencoder", hparams={"augment": "extreme"})
     assert ZooModelSpec.make("self_distillation", hparams={"method": "dino"}).resolved_hparams()["prototypes"] == 256
     assert ZooModelSpec.make("random_init", epochs=9).epochs == 0
+
+
+def test_spread_penalty_known_answers():
+    """VICReg's variance and covariance terms, BYOL's guard against dimensional collapse."""
+    import torch
+
+    from crslib.models.objectives import _spread_penalty
+
+    constant = torch.ones(8, 3)  # std 0 in every dimension, no covariance
+    assert _spread_penalty(constant).item() == pytest.approx(1.0 - 0.01)
+    spread = torch.tensor([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])  # std 1.15, uncorrelated
+    assert _spread_penalty(spread).item() == pytest.approx(0.0, abs=1e-7)
+    one_direction = torch.tensor([[2.0, 2.0], [-2.0, -2.0], [2.0, 2.0], [-2.0, -2.0]])  # rank 1: covariance 16/3
+    assert _spread_penalty(one_direction).item() == pytest.approx(2 * (16 / 3) ** 2 / 2, rel=1e-5)
+    shifted = _spread_penalty(spread + 5.0)  # centred first: a shift changes nothing
+    assert shifted.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_byol_pays_the_spread_penalty_of_each_view_times_its_weight():
+    import torch
+
+    from crslib.models.networks import build_encoder_module
+    from crslib.models.objectives import BYOL, _spread_penalty
+    from crslib.models.zoo import ZooModelSpec
+
+    assert ZooModelSpec.make("self_distillation").resolved_hparams()["variance_weight"] == 1.0
+    assert ZooModelSpec.make("contrastive").resolved_hparams()["augment"] == "weak"
+    losses, penalties = {}, {}
+    for weight in (0.0, 2.0):
+        torch.manual_seed(0)
+        hp = ZooModelSpec.make("self_distillation", hparams={"variance_weight": weight}).resolved_hparams()
+        model = BYOL(build_encoder_module("cnn_small"), hp).eval()  # eval: BatchNorm gives the same output twice
+        x = torch.rand(6, 1, 32, 32, generator=torch.Generator().manual_seed(1))
+        losses[weight] = model.loss(x, None, torch.Generator().manual_seed(2), lambda v: v).item()
+        v = torch.cat([model.augment(x, g := torch.Generator().manual_seed(2)), model.augment(x, g)])
+        z = model.projector(model.encoder(v))
+        penalties[weight] = (_spread_penalty(z[:6]) + _spread_penalty(z[6:])).item()
+    assert penalties[2.0] > 0.1
+    assert losses[2.0] - losses[0.0] == pytest.approx(2.0 * penalties[2.0], rel=1e-4)

@@ -3,9 +3,9 @@
 Chest radiographs have laterality (heart on the left, laterality markers),
 so the augmentations are random resized crops and small rotations (one
 affine warp per image) plus brightness, contrast and noise, at three
-strengths (:data:`_AUG`): ``weak`` for the supervised objectives, the
-autoencoder and masked image modelling, ``medium`` for ``contrastive``,
-``strong`` for ``self_distillation``. All randomness comes from the given
+strengths (:data:`_AUG`): ``weak`` for the supervised objectives,
+``contrastive``, the autoencoder and masked image modelling, ``strong`` for
+``self_distillation``; ``medium`` on request. All randomness comes from the given
 ``torch.Generator``, in a fixed order.
 
 Examples

@@ -117,7 +117,9 @@ class SimCLR(Objective):
 
 class BYOL(Objective):
     """An online projector and predictor regress the other view's projection
-    by an EMA teacher (``ema_momentum`` -> 1 on a cosine schedule)."""
+    by an EMA teacher (``ema_momentum`` -> 1 on a cosine schedule); the online
+    projections of each view also pay ``variance_weight`` times
+    :func:`_spread_penalty` (against dimensional collapse)."""
 
     def __init__(self, encoder: nn.Module, hp: dict[str, Any]):
         super().__init__(encoder, hp)
@@ -132,15 +134,31 @@ class BYOL(Objective):
     def loss(self, x, y, gen, norm):
         v = norm(torch.cat([self.augment(x, gen), self.augment(x, gen)]))
         n = x.shape[0]
-        p = F.normalize(self.predictor(self.projector(self.encoder(v))), dim=1)
+        z = self.projector(self.encoder(v))
+        p = F.normalize(self.predictor(z), dim=1)
         with torch.no_grad():
             t = F.normalize(self.teacher["projector"](self.teacher["encoder"](v)), dim=1)
         t = torch.cat([t[n:], t[:n]])  # each view regresses the other view's target
-        return (2 - 2 * (p * t).sum(dim=1)).mean()
+        loss = (2 - 2 * (p * t).sum(dim=1)).mean()
+        weight = float(self.hp.get("variance_weight", 0.0))
+        if weight:
+            loss = loss + weight * _spread_penalty(z[:n]) + weight * _spread_penalty(z[n:])
+        return loss
 
     def after_step(self, frac: float) -> None:
         ema_update([(self.encoder, self.teacher["encoder"]), (self.projector, self.teacher["projector"])],
                    ema_tau(self.momentum, frac))
+
+
+def _spread_penalty(z: torch.Tensor) -> torch.Tensor:
+    """VICReg's variance and covariance terms: each projection dimension keeps a standard
+    deviation of at least 1 over the batch, and the dimensions stay decorrelated (against the
+    collapse to one direction that a few hundred BYOL steps on small images end in)."""
+    z = z - z.mean(dim=0)
+    std = torch.sqrt(z.var(dim=0) + 1e-4)
+    cov = (z.t() @ z) / max(z.shape[0] - 1, 1)
+    off = cov - torch.diag(torch.diagonal(cov))
+    return F.relu(1.0 - std).mean() + off.pow(2).sum() / z.shape[1]
 
 
 class DINO(Objective):
