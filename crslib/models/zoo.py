@@ -27,7 +27,10 @@ objective
         online projections also carry VICReg's variance and covariance terms
         (``variance_weight`` 1; each projection dimension keeps a standard
         deviation of 1 over the batch, the dimensions stay decorrelated),
-        which keeps the rank at about 27. Every card records the
+        which keeps the rank at about 27. It does not make BYOL learn the
+        findings in the default budget (probe margin -0.037, interval
+        -0.088 to 0.018, against -0.044 without it): such a model is
+        flagged (:mod:`crslib.models.zoo_probe`). Every card records the
         relative spread (``embedding_spread``, 0 for a collapsed encoder) and
         the effective rank (``embedding_effective_rank``) of the training
         pool's embeddings; compare them with the ``random_init`` model of the
