@@ -1049,3 +1049,31 @@ def test_checklist_evidence_reads_every_number_from_the_results():
     assert evidence["split"]["partition_auc"] == {"estimate": 0.6, "low": 0.5, "high": 0.7}
     assert evidence["split"]["patients_disjoint"] is False
     assert evidence["split"]["effect"]["source"] == evidence["shortcut"]["effect"]["source"] == "crs audit"
+
+
+class _Counts:
+    """Stands in for a LeakageResult: the attributes _leakage_evidence and _patients_basis read."""
+
+    near_informative = False
+    splits = np.array(["train", "test", "test", "val"])
+    test = "test"
+
+    class patients:  # noqa: N801  (mirrors LeakageResult.patients)
+        id_sources = {"kermany_file_name": 12}
+
+    def counts_table(self):
+        return pd.DataFrame({"kind": ["exact", "embedding", "near", "patient"], "across": [3, np.nan, 5, 7],
+                             "test_images": [2, np.nan, 4, 6]})
+
+
+def test_leakage_evidence_reads_each_kind_and_says_what_was_not_measured():
+    assert A._leakage_evidence(_Counts()) == {
+        "exact_duplicates_across": 3, "exact_test_images": 2,
+        "embedding_duplicates_across": None, "embedding_test_images": None,  # NaN: not measured
+        "near_duplicates_across": 5, "near_test_images": 4, "near_informative": False,
+        "possible_same_patients_across": 7, "possible_same_patient_test_images": 6, "n_test_images": 2}
+    assert A._leakage_evidence(None) == "not measured: " + A.NO_FINGERPRINTS
+    assert A._patients_basis(_Counts()).endswith(
+        "; the raw person numbers of 12 Kermany file name(s) were compared across splits "
+        "(leakage.possible_same_patients_across)")
+    assert A._patients_basis(_Counts()).startswith("the manifest's patient_id (the Kermany loader scopes")
