@@ -1055,7 +1055,7 @@ class _Counts:
     """Stands in for a LeakageResult: the attributes _leakage_evidence and _patients_basis read."""
 
     near_informative = False
-    splits = np.array(["train", "test", "test", "val"])
+    splits = np.array(["train", "test", "val", "val"])
     test = "test"
 
     class patients:  # noqa: N801  (mirrors LeakageResult.patients)
@@ -1071,9 +1071,22 @@ def test_leakage_evidence_reads_each_kind_and_says_what_was_not_measured():
         "exact_duplicates_across": 3, "exact_test_images": 2,
         "embedding_duplicates_across": None, "embedding_test_images": None,  # NaN: not measured
         "near_duplicates_across": 5, "near_test_images": 4, "near_informative": False,
-        "possible_same_patients_across": 7, "possible_same_patient_test_images": 6, "n_test_images": 2}
+        "possible_same_patients_across": 7, "possible_same_patient_test_images": 6, "n_test_images": 1}
     assert A._leakage_evidence(None) == "not measured: " + A.NO_FINGERPRINTS
     assert A._patients_basis(_Counts()).endswith(
         "; the raw person numbers of 12 Kermany file name(s) were compared across splits "
         "(leakage.possible_same_patients_across)")
     assert A._patients_basis(_Counts()).startswith("the manifest's patient_id (the Kermany loader scopes")
+
+
+def test_patients_basis_says_exactly_what_was_compared():
+    manifest_ids = "the manifest's patient_id (the Kermany loader scopes its person numbers by split)"
+    assert A._patients_basis(None) == manifest_ids + "; raw person numbers not compared (no leakage audit)"
+
+    class NoKermanyNames(_Counts):
+        class patients:  # noqa: N801
+            id_sources = {"manifest": 40}
+
+    assert A._patients_basis(NoKermanyNames()) == (
+        manifest_ids + "; the raw person numbers of 0 Kermany file name(s) were compared across splits "
+        "(leakage.possible_same_patients_across)")
