@@ -1090,3 +1090,45 @@ def test_patients_basis_says_exactly_what_was_compared():
     assert A._patients_basis(NoKermanyNames()) == (
         manifest_ids + "; the raw person numbers of 0 Kermany file name(s) were compared across splits "
         "(leakage.possible_same_patients_across)")
+
+
+# --------------------------------------------------------------------------- shortcut helpers, known answers
+
+
+def test_permutation_summary_against_counts_by_hand():
+    null = np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, np.nan] * 3)  # 27 valid values
+    out = S.permutation_summary(0.75, null, confidence=0.8)
+    assert out["p_value"] == pytest.approx((1 + 6) / (1 + 27))  # 0.8 and 0.9, three times each
+    assert out["null_mean"] == pytest.approx(0.5)
+    low, high = np.quantile(null[np.isfinite(null)], [0.1, 0.9])
+    assert (out["null_low"], out["null_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert out["evidence"] == "no"  # p = 0.25 with 27 >= 20 valid permutations
+    assert S.permutation_summary(0.95, null)["evidence"] == "yes"  # p = 1/28 < 0.05
+    # the default confidence is 95%: the 2.5% and 97.5% quantiles
+    default = S.permutation_summary(0.95, null)
+    assert default["null_low"] == pytest.approx(np.quantile(null[np.isfinite(null)], 0.025))
+    # 19 valid permutations cannot reach p < 0.05: no verdict either way
+    assert S.permutation_summary(0.0, np.linspace(0, 1, 19))["evidence"] == "too few permutations"
+    assert S.permutation_summary(0.0, np.linspace(0, 1, 20))["evidence"] == "no"
+    none = S.permutation_summary(0.9, np.array([np.nan, np.nan]))
+    assert none["evidence"] == "no permutation test" and np.isnan(none["p_value"])
+    assert np.isnan(none["null_mean"]) and np.isnan(none["null_low"]) and np.isnan(none["null_high"])
+    assert S.permutation_summary(0.9, [])["evidence"] == "no permutation test"
+
+
+def test_balanced_accuracy_is_the_mean_recall_of_the_classes_present():
+    y_true = np.array([0, 0, 0, 0, 2, 2])
+    y_pred = np.array([0, 0, 0, 1, 2, 0])
+    assert S._balanced_accuracy(y_true, y_pred) == pytest.approx((3 / 4 + 1 / 2) / 2)  # class 1 is absent
+    assert S._balanced_accuracy(np.array([1, 1, 0]), np.array([3, 1, 0])) == pytest.approx((1 + 1 / 2) / 2)
+    assert np.isnan(S._balanced_accuracy(np.array([1, 1]), np.array([0, 1])))  # one class: undefined
+    assert S._balanced_accuracy(np.array([0, 1]), np.array([1, 0])) == 0.0
+    assert S._balanced_accuracy(np.array([0, 1, 1]), np.array([0, 0, 0])) == 0.5  # no hit in the last class
+
+
+def test_feature_groups_of_each_input_kind():
+    pm = S.property_matrix(pd.DataFrame({"format": ["PNG", "JPEG", "PNG"], "width": [1, 2, 3]}))
+    assert S._feature_groups(pm, 3) == {"format": [0, 1], "width": [2]}
+    frame = pd.DataFrame({"a": [1, 2], 5: [3, 4]})
+    assert S._feature_groups(frame, 2) == {"a": [0], "5": [1]}
+    assert S._feature_groups(np.zeros((2, 3)), 3) == {"x0": [0], "x1": [1], "x2": [2]}
