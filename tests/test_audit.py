@@ -1114,6 +1114,11 @@ def test_permutation_summary_against_counts_by_hand():
     assert none["evidence"] == "no permutation test" and np.isnan(none["p_value"])
     assert np.isnan(none["null_mean"]) and np.isnan(none["null_low"]) and np.isnan(none["null_high"])
     assert S.permutation_summary(0.9, [])["evidence"] == "no permutation test"
+    # p exactly 0.05 (19 permutations, none as high) is not below ALPHA
+    assert S.permutation_summary(1.0, np.zeros(19))["p_value"] == pytest.approx(0.05)
+    assert S.permutation_summary(1.0, np.zeros(19))["evidence"] == "too few permutations"
+    # None among the permutations counts as a missing value
+    assert S.permutation_summary(0.9, [0.1, None, 0.2])["null_mean"] == pytest.approx(0.15)
 
 
 def test_balanced_accuracy_is_the_mean_recall_of_the_classes_present():
@@ -1124,6 +1129,8 @@ def test_balanced_accuracy_is_the_mean_recall_of_the_classes_present():
     assert np.isnan(S._balanced_accuracy(np.array([1, 1]), np.array([0, 1])))  # one class: undefined
     assert S._balanced_accuracy(np.array([0, 1]), np.array([1, 0])) == 0.0
     assert S._balanced_accuracy(np.array([0, 1, 1]), np.array([0, 0, 0])) == 0.5  # no hit in the last class
+    assert S._balanced_accuracy(np.array([0.0, 1.0, 1.0]), np.array([0.0, 0.0, 1.0])) == 0.75  # float codes
+    assert np.isnan(S._balanced_accuracy(np.array([], dtype=int), np.array([], dtype=int)))
 
 
 def test_feature_groups_of_each_input_kind():
