@@ -28,7 +28,7 @@ import pandas as pd
 
 from crslib._compat import one_blas_thread
 from crslib._io import JsonResult, json_ready
-from crslib._validation import as_feature_matrix, as_row_values, check_count, is_missing
+from crslib._validation import as_feature_matrix, as_row_values, check_count
 from crslib.errors import InputError
 from crslib.probes import (
     class_codes,
@@ -347,7 +347,8 @@ def property_matrix(
         if name in excluded:
             continue
         series = properties[column]
-        missing = series.map(is_missing).to_numpy(dtype=bool) if series.dtype == object else series.isna().to_numpy()
+        # for object columns pandas treats a cell as _validation.is_missing does: lists and sets are present
+        missing = series.isna().to_numpy()
         present = series[~missing]
         if series.dtype == bool or (len(present) and all(isinstance(v, (bool, np.bool_)) for v in present)):
             values = np.where(missing, MISSING_SENTINEL, series.where(~missing, False).astype(bool).astype(float))
