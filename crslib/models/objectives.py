@@ -198,7 +198,8 @@ class DINO(Objective):
 class SimMIM(Objective):
     """``mask_ratio`` of the ``mask_patch``-pixel patches replaced by a
     learned value; a 1x1 convolution and a pixel shuffle reconstruct the
-    pixels from the last feature map; L1 loss on the masked pixels."""
+    pixels from the last feature map; L1 loss on the masked pixels, against
+    per-patch normalised pixels with ``norm_target`` (:func:`_patch_normalised`)."""
 
     def __init__(self, encoder: nn.Module, hp: dict[str, Any]):
         super().__init__(encoder, hp)
@@ -207,26 +208,46 @@ class SimMIM(Objective):
         self.decoder = nn.Sequential(nn.Conv2d(encoder.embedding_dim, stride * stride, 1), nn.PixelShuffle(stride))
         self.patch = int(hp["mask_patch"])
         self.ratio = float(hp["mask_ratio"])
+        self.norm_target = bool(hp.get("norm_target", False))
 
     def loss(self, x, y, gen, norm):
         xa = norm(self.augment(x, gen))
-        n, _, h, w = xa.shape
-        gh, gw = h // self.patch, w // self.patch
-        k = max(1, int(round(self.ratio * gh * gw)))
-        order = torch.argsort(torch.rand(n, gh * gw, generator=gen), dim=1)
-        mask = torch.zeros(n, gh * gw)
-        mask.scatter_(1, order[:, :k], 1.0)
-        # the draw stays on the CPU generator (the same mask on every device); only the mask moves
-        mask = mask.view(n, 1, gh, gw).repeat_interleave(self.patch, 2).repeat_interleave(self.patch, 3).to(xa.device)
+        mask = _patch_mask(xa, self.patch, self.ratio, gen)
         inp = xa * (1 - mask) + self.mask_value.view(1, 1, 1, 1) * mask
         rec = self.decoder(self.encoder.forward_features(inp))
-        return ((rec - xa).abs() * mask).sum() / mask.sum().clamp(min=1.0)
+        target = _patch_normalised(xa, self.patch) if self.norm_target else xa
+        return ((rec - target).abs() * mask).sum() / mask.sum().clamp(min=1.0)
+
+
+def _patch_mask(x: torch.Tensor, patch: int, ratio: float, gen: torch.Generator) -> torch.Tensor:
+    """A ``(B, 1, H, W)`` mask of ones on ``ratio`` of each image's ``patch``-pixel
+    patches (at least one), drawn at random."""
+    n, _, h, w = x.shape
+    gh, gw = h // patch, w // patch
+    k = max(1, int(round(ratio * gh * gw)))
+    order = torch.argsort(torch.rand(n, gh * gw, generator=gen), dim=1)
+    mask = torch.zeros(n, gh * gw)
+    mask.scatter_(1, order[:, :k], 1.0)
+    # the draw stays on the CPU generator (the same mask on every device); only the mask moves
+    return mask.view(n, 1, gh, gw).repeat_interleave(patch, 2).repeat_interleave(patch, 3).to(x.device)
+
+
+def _patch_normalised(x: torch.Tensor, patch: int) -> torch.Tensor:
+    """``x`` with each ``patch`` x ``patch`` block shifted to mean 0 and scaled
+    to standard deviation 1 (MAE's normalised pixel target), so that the loss
+    rewards local structure rather than each block's overall brightness."""
+    mean = F.avg_pool2d(x, patch)
+    var = (F.avg_pool2d(x * x, patch) - mean * mean).clamp(min=0.0)
+    scale = (var + 1e-6).sqrt()
+    up = lambda t: t.repeat_interleave(patch, 2).repeat_interleave(patch, 3)  # noqa: E731
+    return (x - up(mean)) / up(scale)
 
 
 class AutoEncoder(Objective):
     """The pooled embedding is the bottleneck; an upsampling decoder
     reconstructs the whole augmented ``image_size`` image; mean squared
-    error."""
+    error. With ``mask_ratio`` > 0 the encoder sees the image with that share
+    of its ``mask_patch``-pixel patches set to 0 (a denoising autoencoder)."""
 
     def __init__(self, encoder: nn.Module, hp: dict[str, Any], image_size: int):
         super().__init__(encoder, hp)
@@ -240,10 +261,16 @@ class AutoEncoder(Objective):
         layers += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c[-1], 1, 3, padding=1)]
         self.decoder = nn.Sequential(*layers)
         self.c0 = c[0]
+        self.mask_ratio = float(hp.get("mask_ratio", 0.0))
+        self.mask_patch = int(hp.get("mask_patch", 8))
 
     def loss(self, x, y, gen, norm):
         xa = norm(self.augment(x, gen))
-        z = self.encoder(xa)
+        inp = xa
+        if self.mask_ratio > 0:
+            # denoising: whole patches are hidden from the encoder, the whole image is the target
+            inp = xa * (1 - _patch_mask(xa, self.mask_patch, self.mask_ratio, gen))
+        z = self.encoder(inp)
         rec = self.decoder(F.relu(self.fc(z)).view(-1, self.c0, self.base, self.base))
         return F.mse_loss(rec, xa)
 
