@@ -933,6 +933,26 @@ def test_property_matrix_bool_column_with_missing_values_keeps_its_group():
     assert pm.feature_groups == {"has_exif": "has_exif", "has_exif_missing": "has_exif", "size": "size"}
 
 
+def test_property_matrix_numbers_in_text_columns_infinities_and_missing_set_members():
+    props = pd.DataFrame({
+        "series_number": ["1", "2", "10", "2"],  # digits as text stay categories
+        "window": pd.Series([1, None, pd.NaT, 4], dtype=object),  # numbers in an object column, NaT among them
+        "file_size": [1.0, np.inf, 3.0, 4.0],  # an infinite size is as good as missing
+        "png_chunks": ["a|nan", np.nan, "a", "b"],  # a member spelled like a missing value
+    })
+    pm = S.property_matrix(props)
+    X = pm.features
+    assert list(X.columns) == [
+        "series_number=1", "series_number=10", "series_number=2", "window", "window_missing", "file_size",
+        "file_size_missing", "png_chunks:a", "png_chunks:b", "png_chunks:nan", "png_chunks_missing"]
+    assert X["series_number=10"].tolist() == [0.0, 0.0, 1.0, 0.0]
+    assert X["window"].tolist() == [1.0, -1.0, -1.0, 4.0] and X["window_missing"].tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert X["file_size"].tolist() == [1.0, -1.0, 3.0, 4.0]
+    assert X["file_size_missing"].tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert X["png_chunks:nan"].tolist() == [1.0, 0.0, 0.0, 0.0]  # the missing row holds no member
+    assert X["png_chunks:a"].tolist() == [1.0, 0.0, 1.0, 0.0]
+
+
 # --------------------------------------------------------------------------- result serialisation
 
 
