@@ -518,8 +518,8 @@ RULES: tuple[dict[str, Any], ...] = tuple(dict(zip(("id", "study", "chapter", "c
     ("no-accuracy-association", "crs-bench", "02_agreement",
      "Agreement is not significantly associated with accuracy", "not significant",
      "held if the Mantel test of agreement against probe-AUROC differences gives p >= 0.05",
-     no_accuracy_association, "the zoo's models differ far more in accuracy than the study's public models "
-     "(some barely learn), so agreement can follow accuracy here; " + _SMALL_RUN),
+     no_accuracy_association, "the run's models (random-init references among them) differ far more in "
+     "accuracy than the study's public models, so agreement can follow accuracy here; " + _SMALL_RUN),
     ("transfer-retention", "crs-bench", "03_transfer",
      "A linear map between two models' embeddings carries classifiers over and keeps nearly all their AUROC",
      f"{paper.value('transfer_auroc_retention'):.3f} of the AUROC ({paper.value('map_fit_images'):,.0f} images)",

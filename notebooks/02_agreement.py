@@ -549,8 +549,10 @@ if association is not None:
            f"The paper reports that agreement is not significantly associated with accuracy; **this run "
            f"contradicts it**: models with more similar probe AUROCs agree "
            f"{'more' if association['mantel_r'] < 0 else 'less'} here (r {association['mantel_r']:+.3f}). "
-           "A likely reason is the spread of accuracy: some of this run's models barely learned the findings "
-           "(see the probe table below), so agreement partly tracks whether a model learned at all, where the "
+           f"A likely reason is the spread of accuracy: the models' mean probe AUROC runs from "
+           f"{scored.min():.3f} ({code(scored.idxmin())}) to {scored.max():.3f} ({code(scored.idxmax())})"
+           + (", random-init references included" if set(scored.index) & set(random_names) else "")
+           + " (see the probe table below), so agreement partly tracks how much a model learned, where the "
            "study's public models were all trained to do well.")
     ))
 if probe is not None:
