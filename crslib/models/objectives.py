@@ -208,7 +208,7 @@ class SimMIM(Objective):
         self.decoder = nn.Sequential(nn.Conv2d(encoder.embedding_dim, stride * stride, 1), nn.PixelShuffle(stride))
         self.patch = int(hp["mask_patch"])
         self.ratio = float(hp["mask_ratio"])
-        self.norm_target = bool(hp.get("norm_target", False))
+        self.norm_target = bool(hp["norm_target"])
 
     def loss(self, x, y, gen, norm):
         xa = norm(self.augment(x, gen))
@@ -229,7 +229,12 @@ def _patch_mask(x: torch.Tensor, patch: int, ratio: float, gen: torch.Generator)
     mask = torch.zeros(n, gh * gw)
     mask.scatter_(1, order[:, :k], 1.0)
     # the draw stays on the CPU generator (the same mask on every device); only the mask moves
-    return mask.view(n, 1, gh, gw).repeat_interleave(patch, 2).repeat_interleave(patch, 3).to(x.device)
+    return _per_pixel(mask.view(n, 1, gh, gw), patch).to(x.device)
+
+
+def _per_pixel(blocks: torch.Tensor, patch: int) -> torch.Tensor:
+    """One value per ``patch`` x ``patch`` block repeated onto every pixel of the block."""
+    return blocks.repeat_interleave(patch, 2).repeat_interleave(patch, 3)
 
 
 def _patch_normalised(x: torch.Tensor, patch: int) -> torch.Tensor:
@@ -238,9 +243,7 @@ def _patch_normalised(x: torch.Tensor, patch: int) -> torch.Tensor:
     rewards local structure rather than each block's overall brightness."""
     mean = F.avg_pool2d(x, patch)
     var = (F.avg_pool2d(x * x, patch) - mean * mean).clamp(min=0.0)
-    scale = (var + 1e-6).sqrt()
-    up = lambda t: t.repeat_interleave(patch, 2).repeat_interleave(patch, 3)  # noqa: E731
-    return (x - up(mean)) / up(scale)
+    return (x - _per_pixel(mean, patch)) / _per_pixel((var + 1e-6).sqrt(), patch)
 
 
 class AutoEncoder(Objective):
@@ -261,8 +264,8 @@ class AutoEncoder(Objective):
         layers += [nn.Upsample(scale_factor=2, mode="nearest"), nn.Conv2d(c[-1], 1, 3, padding=1)]
         self.decoder = nn.Sequential(*layers)
         self.c0 = c[0]
-        self.mask_ratio = float(hp.get("mask_ratio", 0.0))
-        self.mask_patch = int(hp.get("mask_patch", 8))
+        self.mask_ratio = float(hp["mask_ratio"])
+        self.mask_patch = int(hp["mask_patch"])
 
     def loss(self, x, y, gen, norm):
         xa = norm(self.augment(x, gen))

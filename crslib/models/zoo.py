@@ -241,10 +241,11 @@ def _epochs(n: int, **longer: int) -> dict[str, int]:
 # initial weights on the default phantom (seed 0 unless said; margin of the card's probe, 95% interval):
 # supervised and contrastive learn in 8 epochs (136 steps); BYOL needs 32 (24 epochs: seeds 0 and 1
 # +0.091 and +0.078, seed 2 +0.008 [-0.039, 0.064]; 32 epochs: seeds 0, 1, 2 +0.093 [0.047, 0.140],
-# +0.061 [0.015, 0.107], +0.071 [0.028, 0.114]); the
-# autoencoder 48 (+0.049 [-0.007, 0.100] at 24, +0.069 [0.021, 0.117] at 48); masked image modelling
-# 96 (+0.032 at 24, +0.040 at 48, +0.084 [0.042, 0.131] at 96). Idle-machine wall time per model:
-# about 80 s for BYOL (32 epochs), 120 s for the autoencoder, 130 s for masked image modelling.
+# +0.061 [0.015, 0.107], +0.071 [0.028, 0.114]); the autoencoder 48 (+0.049 [-0.007, 0.100] at 24,
+# +0.069 [0.021, 0.117] at 48); masked image modelling 96 (+0.032 at 24, +0.040 at 48, +0.084
+# [0.042, 0.131] at 96). Idle-machine wall time per model in a cold default book: 85-93 s for BYOL,
+# 99 s for the autoencoder, 111 s for masked image modelling, against 9 s (supervised) and 18 s
+# (contrastive) for the 8-epoch objectives.
 ZOO_PRESETS: dict[str, dict[str, Any]] = {
     "quick": {**_ZOO_MODELS, "epochs": _epochs(6)},
     "default": {**_ZOO_MODELS, "epochs": _epochs(8, self_distillation=32, autoencoder=48, masked_image_modelling=96)},
