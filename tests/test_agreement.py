@@ -1016,3 +1016,76 @@ def test_grouped_permutation_null_searches_deep_enough_for_a_large_group():
             shared += len(set(ranked) & set(I_a[i].tolist()))
         expected.append(shared / (30 * 5))
     np.testing.assert_allclose(res.values, expected)
+
+
+# --------------------------------------------------------------------------- factors
+
+
+def _factor_info():
+    # "noseed" lacks only its seed: it would pair with sup0 by seed if missing values were compared
+    return pd.DataFrame({
+        "name": ["sup0", "sup1", "con0", "sup0h", "sup0wide", "pub", "noseed"],
+        "objective": ["sup", "sup", "con", "sup", "sup", None, "sup"],
+        "seed": [0, 1, 0, 0, 0, None, None],
+        "architecture": ["small", "small", "small", "small", "wide", "resnet", "small"],
+        "patients": ["all", "all", "all", "half1", "all", None, "all"],
+    })
+
+
+def test_factor_pairs_keep_exactly_the_pairs_that_differ_in_one_factor():
+    from crslib.factors import factor_pairs
+
+    info = _factor_info()
+    names = info["name"].tolist()
+    values = np.arange(49, dtype=float).reshape(7, 7) / 100
+    A = pd.DataFrame((values + values.T) / 2, index=names, columns=names)
+    pairs = factor_pairs(A, info)
+    got = {(a, b): (f, va, vb) for a, b, f, va, vb in pairs[["model_a", "model_b", "factor", "value_a", "value_b"]]
+           .itertuples(index=False)}
+    # sup1-con0 differ in seed and objective; sup0h-sup1 in seed and patients; the public model has no factors;
+    # sup0-sup0h differ in patients alone, but all patients include the half: not a disjoint pair
+    assert got == {("sup0", "sup1"): ("seed", 0, 1), ("sup0", "con0"): ("objective", "sup", "con"),
+                   ("sup0", "sup0wide"): ("architecture", "small", "wide")}
+    half0 = pd.concat([info, pd.DataFrame({"name": ["sup0g"], "objective": ["sup"], "seed": [0],
+                                           "architecture": ["small"], "patients": ["half0"]})], ignore_index=True)
+    B = pd.DataFrame(np.full((8, 8), 0.25), index=half0["name"], columns=half0["name"])
+    halves = factor_pairs(B, half0).query("factor == 'patients'")
+    assert halves[["model_a", "model_b", "value_a", "value_b"]].values.tolist() == [["sup0h", "sup0g", "half1", "half0"]]
+    everything = factor_pairs(B, half0, supersets={}).query("factor == 'patients'")
+    assert len(everything) == 3
+    overlap = dict(zip(zip(pairs["model_a"], pairs["model_b"]), pairs["overlap"]))
+    assert overlap[("sup0", "sup0wide")] == pytest.approx(A.loc["sup0", "sup0wide"])
+    assert overlap[("sup0", "con0")] == pytest.approx(A.loc["con0", "sup0"])
+    # a factor that is not a column counts as equal for every model
+    assert set(factor_pairs(A, info.drop(columns="patients"))["factor"]) == {"seed", "objective", "architecture"}
+    # the matrix's order decides a and b
+    reordered = factor_pairs(A.loc[names[::-1], names[::-1]], info)
+    assert ("sup1", "sup0") in set(zip(reordered["model_a"], reordered["model_b"]))
+    with pytest.raises(InputError, match="no row"):
+        factor_pairs(A, info.iloc[1:])
+    with pytest.raises(InputError, match="more than once"):
+        factor_pairs(A, pd.concat([info, info.iloc[:1]]))
+    with pytest.raises(InputError, match="at least one factor"):
+        factor_pairs(A, info, factors=[])
+    with pytest.raises(InputError, match="'name'"):
+        factor_pairs(A, info.drop(columns="name"))
+
+
+def test_factor_table_on_real_embeddings_finds_the_injected_factor():
+    from crslib.factors import factor_pairs, factor_table
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 16))
+    rotation = np.linalg.qr(rng.normal(size=(16, 16)))[0]
+    embeddings = {"a0": X, "a1": X @ rotation * 3.0, "b0": rng.normal(size=(300, 16))}
+    info = pd.DataFrame({"name": ["a0", "a1", "b0"], "objective": ["a", "a", "b"], "seed": [0, 1, 0]})
+    A = ag.agreement_matrix(embeddings, k=10).overlap
+    table = factor_table(factor_pairs(A, info)).set_index("factor")
+    assert table.loc["seed", "mean"] == pytest.approx(1.0)  # a rotation keeps every neighbour
+    assert table.loc["objective", "mean"] < 0.15  # unrelated embeddings: near chance (10/299)
+    assert list(table.index) == ["objective", "seed"] and table["n_pairs"].tolist() == [1, 1]
+    pairs = pd.DataFrame({"factor": ["seed", "seed", "init"], "overlap": [0.5, 0.3, 0.1]})
+    summary = factor_table(pairs)
+    assert summary.values.tolist() == [["seed", 2, 0.4, 0.3, 0.5], ["init", 1, 0.1, 0.1, 0.1]]
+    with pytest.raises(InputError, match="factor_pairs"):
+        factor_table(pairs.drop(columns="overlap"))

@@ -16,6 +16,7 @@ from crslib.models import (
     OBJECTIVES,
     PUBLIC_ENCODERS,
     ZooModelSpec,
+    build_encoder_module,
     check_efficientnet_lite0,
     convert_efficientnet_lite0,
     efficientnet_lite0_key_map,
@@ -486,3 +487,103 @@ def test_denoising_autoencoder_hides_whole_patches_from_the_encoder_and_reconstr
     hidden = (masked == 0).view(2, 4, 8, 4, 8).permute(0, 1, 3, 2, 4).reshape(2, 16, 64).all(-1)
     assert hidden.sum(1).tolist() == [8, 8]  # half of the sixteen 8 x 8 patches, each whole
     assert torch.equal(masked[masked != 0], x[masked != 0])
+
+
+# --------------------------------------------------------------------------- the study's factors
+
+
+def test_full_preset_adds_pairs_that_differ_in_one_named_factor_alone():
+    from crslib.factors import factor_pairs
+    from crslib.models.zoo_presets import factor_values
+
+    default = zoo_specs("default")
+    full = zoo_specs("full")
+    assert [s.name for s in full[:len(default)]] == [s.name for s in default]
+    # the factors stay out of a default model's dict, so the cache keys trained before them still hold
+    assert all("init" not in s.to_dict() and "patients" not in s.to_dict() for s in default)
+    added = full[len(default):]
+    info = pd.DataFrame([{"name": s.name, "objective": s.objective, "seed": s.seed, "architecture": s.architecture,
+                          **factor_values(s.to_dict())} for s in full])
+    assert info.set_index("name").loc[[s.name for s in added], "variant"].tolist() == [
+        False, True, False, True, True, True, True, True, True, True]  # effnet from random weights is no variant
+    names = info["name"].tolist()
+    pairs = factor_pairs(pd.DataFrame(np.eye(len(names)), index=names, columns=names), info)
+    by_factor = {f: set(zip(t["model_a"], t["model_b"])) for f, t in pairs.groupby("factor")}
+    for objective in ("supervised_multilabel", "contrastive"):
+        base = f"{objective}-cnn_small-seed0"
+        assert (f"{objective}-effnet_lite0-seed0", f"{objective}-effnet_lite0-seed0-imagenet") in by_factor["init"]
+        assert (f"{base}-half0", f"{base}-half1") in by_factor["patients"]
+        assert (base, f"{base}-strong") in by_factor["recipe"]
+    assert len(by_factor["init"]) == len(by_factor["patients"]) == len(by_factor["recipe"]) == 2
+    strong = {s.name: s for s in added}["contrastive-cnn_small-seed0-strong"]
+    assert strong.resolved_hparams()["augment"] == "strong" and strong.epochs == 8
+    dino_recipe = zoo_specs("quick", overrides={"objectives": ["self_distillation"], "wide": [],
+                                                "hparams": {"self_distillation": {"method": "dino"}},
+                                                "factors": {"recipe": ["self_distillation"]}})
+    assert dino_recipe[-1].name.endswith("-weak") and dino_recipe[-1].resolved_hparams()["augment"] == "weak"
+
+
+def test_factor_settings_and_specs_reject_what_cannot_be_trained():
+    with pytest.raises(ConfigError, match="unknown zoo factor"):
+        zoo_specs("quick", overrides={"factors": {"label": ["contrastive"]}})
+    with pytest.raises(ConfigError, match="not among the preset's objectives"):
+        zoo_specs("quick", overrides={"objectives": ["contrastive"], "wide": [], "factors": {"init": ["autoencoder"]}})
+    with pytest.raises(ConfigError, match="cannot start from 'imagenet'"):
+        ZooModelSpec.make("contrastive", init="imagenet")
+    with pytest.raises(ConfigError, match="patients must be one of"):
+        ZooModelSpec.make("contrastive", patients="half2")
+    with pytest.raises(ConfigError, match="stride-16 CNNs only"):
+        ZooModelSpec.make("masked_image_modelling", architecture="effnet_lite0")
+    with pytest.raises(ModelError, match="cannot start from 'imagenet'"):
+        build_encoder_module("cnn_wide", init="imagenet")
+
+
+def test_imagenet_init_loads_the_bundled_weights_with_the_stem_summed_to_gray():
+    import torch
+    from safetensors.torch import load_file
+
+    from crslib.models.networks import build_encoder_module as build
+
+    source = load_file(str(convert_efficientnet_lite0()))
+    pretrained = build("effnet_lite0", init="imagenet")
+    torch.manual_seed(0)
+    random = build("effnet_lite0")
+    state = pretrained.net.state_dict()
+    assert torch.allclose(state["conv_stem.weight"], source["conv_stem.weight"].sum(dim=1, keepdim=True))
+    assert torch.equal(state["blocks.3.0.conv_pw.weight"], source["blocks.3.0.conv_pw.weight"])
+    assert not torch.equal(random.net.state_dict()["blocks.3.0.conv_pw.weight"], source["blocks.3.0.conv_pw.weight"])
+    assert (pretrained.embedding_dim, pretrained.stride) == (1280, 32)
+    x = torch.rand(2, 1, 64, 64)
+    assert pretrained.eval()(x).shape == (2, 1280) and pretrained.forward_features(x).shape == (2, 1280, 2, 2)
+
+
+def test_patient_halves_train_on_disjoint_patients_and_the_probe_starts_from_the_models_own_init(manifest, zoo_root):
+    import torch
+
+    from crslib.models.trainer import _load_pool, _patient_half
+    from crslib.models.zoo_probe import _networks
+
+    pool = _load_pool(manifest, SIZE, False)
+    halves = [_patient_half(pool, h) for h in (0, 1)]
+    patients = [set(h.rows["patient_id"]) for h in halves]
+    assert not patients[0] & patients[1] and patients[0] | patients[1] == set(pool.rows["patient_id"])
+    assert abs(len(patients[0]) - len(patients[1])) <= 1
+    for half in halves:
+        assert (half.mean, half.std) == (pool.mean, pool.std)
+        index = [pool.hashes.index(h) for h in half.hashes]
+        assert torch.equal(half.images, pool.images[index])
+        assert half.rows["_sha256"].tolist() == half.hashes
+    specs = [ZooModelSpec.make("supervised_single", epochs=1, batch_size=16, patients=p) for p in ("half0", "half1")]
+    specs.append(ZooModelSpec.make("supervised_single", architecture="effnet_lite0", init="imagenet", epochs=1,
+                                   batch_size=16))
+    cards = train_zoo(manifest, specs=specs, image_size=SIZE, cache_root=zoo_root, progress=False).set_index("name")
+    half0, half1 = cards.loc[specs[0].name], cards.loc[specs[1].name]
+    assert half0["patients"] == "half0" and half0["n_train_patients"] == len(patients[0])
+    assert half0["n_train_images"] + half1["n_train_images"] == len(pool.rows)
+    assert half0["training_data_hash"] != half1["training_data_hash"]
+    imagenet = cards.loc[specs[2].name]
+    assert imagenet["init_weights"] == "imagenet" and imagenet["embedding_dim"] == 1280
+    trained, initial = _networks(dict(imagenet))
+    assert torch.equal(initial.state_dict()["net.conv_stem.weight"],
+                       build_encoder_module("effnet_lite0", init="imagenet").state_dict()["net.conv_stem.weight"])
+    assert not torch.equal(trained.state_dict()["net.conv_stem.weight"], initial.state_dict()["net.conv_stem.weight"])

@@ -38,7 +38,9 @@ __all__ = ["ALL_ZOO", "Lineup", "parse_model_list", "resolve_models"]
 #: The spec that stands for every model of the zoo preset.
 ALL_ZOO = "zoo:*"
 
-_INFO_COLUMNS = ["name", "spec", "backend", "objective", "architecture", "seed"]
+# init, patients, recipe and variant are known for zoo models only (the factors of crslib.factors)
+_INFO_COLUMNS = ["name", "spec", "backend", "objective", "architecture", "seed", "init", "patients", "recipe",
+                 "variant"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,7 +55,10 @@ class Lineup:
     info : DataFrame
         One row per model: ``name``, ``spec``, ``backend``, ``objective``
         (the zoo objective; the backend for other models), ``architecture``
-        and ``seed`` (0 where a model has none).
+        and ``seed`` (0 where a model has none); for zoo models also
+        ``init``, ``patients``, ``recipe`` (the augmentation) and
+        ``variant`` (:func:`crslib.models.zoo_presets.factor_values`),
+        missing for others.
     cards : DataFrame
         The zoo's model cards of the zoo models in the list (empty when
         there is none: nothing was trained or loaded).
@@ -146,6 +151,7 @@ def resolve_models(
     if ALL_ZOO in requested or zoo_names:
         from crslib.data import load_data
         from crslib.models.zoo import train_zoo, zoo_specs
+        from crslib.models.zoo_presets import factor_values
 
         preset_specs = zoo_specs(zoo_preset)
         by_name = {s.name: s for s in preset_specs}
@@ -168,7 +174,8 @@ def resolve_models(
                 card = card_by_name[name.split("@")[0]]
                 specs[name] = f"zoo:{name}"
                 rows.append({"name": name, "spec": specs[name], "backend": "zoo", "objective": card["objective"],
-                             "architecture": card["architecture"], "seed": int(card["seed"])})
+                             "architecture": card["architecture"], "seed": int(card["seed"]),
+                             **factor_values(card["spec"])})
             else:
                 specs[name] = with_image_size(spec, public_size) if public_size else spec
                 rows.append(_row(name, specs[name]))

@@ -41,7 +41,7 @@ import pandas as pd
 
 import crslib  # noqa: F401  (applies the torchvision import fix before torch/timm)
 from crslib._io import digest_of, file_sha256
-from crslib.errors import DataError, ModelError
+from crslib.errors import DataError, InputError, ModelError
 from crslib.models._training import ZOO_THREADS, set_lr, training_context, warmup_cosine_lr
 from crslib.models.networks import build_encoder_module
 
@@ -93,6 +93,23 @@ def _load_pool(manifest: pd.DataFrame, image_size: int, show: bool) -> _Pool:
     mean = float(tensor.mean())
     std = float(tensor.std())
     return _Pool(tensor, rows, list(rows["_sha256"]), image_size, round(mean, 6), round(max(std, 1e-3), 6))
+
+
+def _patient_half(pool: _Pool, half: int) -> _Pool:
+    """The rows of one of two disjoint patient halves of the pool (normalisation kept from the whole pool,
+    so that the two halves' models see their inputs on one scale)."""
+    import torch
+
+    from crslib.splits import grouped_partition
+
+    if "patient_id" not in pool.rows.columns:
+        raise DataError("training on a patient half needs a patient_id column in the manifest")
+    try:
+        rows = grouped_partition(pool.rows["patient_id"].astype(str).to_numpy(), (0.5, 0.5), random_state=0)[half]
+    except InputError as exc:
+        raise DataError(f"cannot halve the training patients: {exc}") from None
+    return _Pool(pool.images[torch.as_tensor(rows)], pool.rows.iloc[rows].reset_index(drop=True), [pool.hashes[i] for i in rows],
+                 pool.image_size, pool.mean, pool.std)
 
 
 def _labels_for(objective: str, rows: pd.DataFrame) -> tuple[list[str], np.ndarray | None, list[Any]]:
@@ -156,7 +173,7 @@ def _train_one(spec: crslib.models.zoo.ZooModelSpec, pool: _Pool, labels: np.nda
     deterministic_gpu_setup(device)
     with training_context(ZOO_THREADS):
         torch.manual_seed(spec.seed)
-        encoder = build_encoder_module(spec.architecture)
+        encoder = build_encoder_module(spec.architecture, spec.init)
         if spec.objective == "random_init":
             state = {k: v.detach().clone() for k, v in encoder.state_dict().items()}
             spread, rank = _embedding_spread(encoder.to(device), pool)

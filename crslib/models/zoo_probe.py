@@ -89,7 +89,7 @@ def _networks(card: dict[str, Any]):
 
     with training_context(ZOO_THREADS):
         torch.manual_seed(int(card["seed"]))  # as the trainer does before building the network
-        initial = build_encoder_module(card["architecture"])
+        initial = build_encoder_module(card["architecture"], card.get("init_weights", "random"))
     trained = build_encoder_module(card["architecture"])
     trained.load_state_dict(load_file(str(Path(card["path"]) / card.get("checkpoint", "encoder.safetensors"))))
     return trained, initial
