@@ -103,7 +103,8 @@ for row in lineup.info.itertuples():
     if is_random_init(row.spec):
         continue
     reference = random_init_spec(row.spec)
-    if reference is None:
+    # a zoo reference is in the lineup already when its preset trains one; otherwise there is none to load
+    if reference is None or (reference.startswith("zoo:") and reference not in specs.values()):
         continue
     existing = [n for n, s in specs.items() if s == reference]
     if existing:
@@ -696,14 +697,25 @@ if has_agreement and skips.check(
         if len(factor_models) < 2 else None):
     factor_names = factor_models["name"].tolist()
     factor_pair_table = factors.factor_pairs(matrix.loc[factor_names, factor_names], factor_models)
+    factor_pair_table["flagged"] = factor_pair_table["model_a"].isin(flagged) | factor_pair_table["model_b"].isin(flagged)
     factor_summary = factors.factor_table(factor_pair_table)
+    factor_summary["n_flagged"] = factor_summary["factor"].map(factor_pair_table.groupby("factor")["flagged"].sum())
     factor_pair_table.to_csv(results / "factor_pairs.csv", index=False)
     if factor_summary.empty:
         display(Markdown("No two trained zoo models of this run differ in exactly one factor."))
     else:
         display(plots.reader_table(factor_summary, labels={"n_pairs": "pairs", "mean": "mean overlap",
-                                                           "min": "lowest", "max": "highest"}))
+                                                           "min": "lowest", "max": "highest",
+                                                           "n_flagged": "pairs with a flagged model"}))
         display(Markdown(factor_text(factor_summary)))
+        flagged_pairs = factor_pair_table[factor_pair_table["flagged"]]
+        if len(flagged_pairs):
+            involved = sorted((set(flagged_pairs["model_a"]) | set(flagged_pairs["model_b"])) & set(flagged))
+            display(Markdown(
+                f"{len(flagged_pairs)} of the {len(factor_pair_table)} pairs include a model that did not beat its "
+                f"initial weights on the probe ({names_list(involved)}). Such a pair "
+                "compares networks of which at least one learned nothing the probe can see, so its agreement says "
+                "little about the factor it isolates."))
 
 # %% [markdown]
 # ## Other views of similarity

@@ -61,7 +61,7 @@ def test_chapter_02_studies_the_given_models_and_labels(own_books):
     assert headline.iloc[2, -1] == "not computed (no zoo models in this run)"
     skipped = [s["analysis"] for s in json.loads((results / "skips.json").read_text())]
     assert skipped == ["the zoo's probe against the initial weights", "the overlap by view",
-                       "the convergence by objective and seed"]
+                       "the convergence by objective and seed", "the convergence by factor"]
 
 
 @pytest.mark.slow
@@ -70,9 +70,11 @@ def test_chapter_02_on_paths_only_skips_what_needs_labels_or_sources(own_books):
     skipped = {s["analysis"]: s["reason"] for s in json.loads((_results(record) / "skips.json").read_text())}
     assert set(skipped) == {"the overlap by source", "the overlap by view",
                             "the variance shares of the per-image overlap", "the linear probe",
-                            "the convergence by objective and seed", "the zoo's probe against the initial weights"}
+                            "the convergence by objective and seed", "the convergence by factor",
+                            "the zoo's probe against the initial weights"}
     assert skipped["the zoo's probe against the initial weights"] == "there are no zoo models in this run"
     assert "no `label` column" in skipped["the linear probe"]
+    assert skipped["the convergence by factor"].startswith("fewer than two trained zoo models in this run")
 
 
 @pytest.mark.slow

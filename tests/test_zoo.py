@@ -505,7 +505,8 @@ def test_full_preset_adds_pairs_that_differ_in_one_named_factor_alone():
     info = pd.DataFrame([{"name": s.name, "objective": s.objective, "seed": s.seed, "architecture": s.architecture,
                           **factor_values(s.to_dict())} for s in full])
     assert info.set_index("name").loc[[s.name for s in added], "variant"].tolist() == [
-        False, True, False, True, True, True, True, True, True, True]  # effnet from random weights is no variant
+        False, True, False, False, True, True, True, True, True, True, True]  # random starts are no variants
+    assert "random_init-effnet_lite0-seed0" in info["name"].tolist()  # the new architecture's random-init reference
     names = info["name"].tolist()
     pairs = factor_pairs(pd.DataFrame(np.eye(len(names)), index=names, columns=names), info)
     by_factor = {f: set(zip(t["model_a"], t["model_b"])) for f, t in pairs.groupby("factor")}

@@ -378,6 +378,8 @@ def random_init_spec(spec: str) -> str | None:
     --------
     >>> random_init_spec("timm:resnet18?weights=/w/r18.pth&size=64")
     'timm:resnet18?seed=0&size=64'
+    >>> random_init_spec("zoo:contrastive-effnet_lite0-seed0-imagenet")
+    'zoo:random_init-effnet_lite0-seed0'
     """
     parsed = parse_spec(spec)
     if parsed.backend == "timm":
@@ -390,8 +392,9 @@ def random_init_spec(spec: str) -> str | None:
             return "timm:tf_efficientnet_lite0" + ("?" + query + "&seed=0" if query else "?seed=0")
         return None
     if parsed.backend == "zoo":
-        # Zoo names follow "{objective}-{architecture}-seed{seed}" (crslib.models.zoo.ZooModelSpec.make).
-        match = re.fullmatch(r"[a-z_]+-(?P<arch>[a-z0-9_]+)-seed\d+(@\w+)?", parsed.target)
+        # Zoo names follow "{objective}-{architecture}-seed{seed}", then the factor variants' suffixes
+        # such as "-imagenet", "-half0" or "-strong" (crslib.models.zoo_presets.ZooModelSpec.make).
+        match = re.fullmatch(r"[a-z_]+-(?P<arch>[a-z0-9_]+)-seed\d+(-[a-z0-9]+)*(@\w+)?", parsed.target)
         return f"zoo:random_init-{match['arch']}-seed0" if match else None
     if parsed.backend in ("hf", "open_clip"):
         keep = {k: v for k, v in parsed.options.items() if k in ("size", "pooling")}

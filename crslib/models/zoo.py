@@ -73,7 +73,8 @@ init, patients, recipe (the ``full`` preset)
     (``-imagenet``); ``cnn_small`` on two disjoint halves of the training
     patients (``-half0``, ``-half1``); ``cnn_small`` with the other
     augmentation strength (``-strong``). Each for ``supervised_multilabel``
-    and ``contrastive`` at seed 0 (:mod:`crslib.models.zoo_presets`);
+    and ``contrastive`` at seed 0, plus ``random_init-effnet_lite0-seed0``
+    as the new architecture's reference (:mod:`crslib.models.zoo_presets`);
     :mod:`crslib.factors` compares the pairs.
 
 Everything else is shared: one grayscale input channel, the training pool's

@@ -361,6 +361,9 @@ def _factor_specs(factors: Mapping[str, Any], objectives: list[str], epochs_of, 
             if factor == "init":
                 specs += [ZooModelSpec.make(objective, architecture="effnet_lite0", init=init, hparams=base, **common)
                           for init in ("random", "imagenet")]
+                reference = ZooModelSpec.make("random_init", architecture="effnet_lite0", epochs=0)
+                if "random_init" in objectives and reference.name not in {s.name for s in specs}:
+                    specs.append(reference)  # the architecture's random-init reference, as cnn_small has
             elif factor == "patients":
                 specs += [ZooModelSpec.make(objective, patients=half, hparams=base, **common)
                           for half in ("half0", "half1")]

@@ -95,6 +95,13 @@ def _networks(card: dict[str, Any]):
     return trained, initial
 
 
+def _reference(card: dict[str, Any]) -> str:
+    """What the card's probe compares the trained model with."""
+    if card.get("init_weights", "random") == "imagenet":
+        return "initial weights (ImageNet)"
+    return f"initial weights (seed {card['seed']})"
+
+
 def _flag(margin: dict[str, Any]) -> str | None:
     if margin["learned"]:
         return None
@@ -173,7 +180,7 @@ def probe_zoo(manifest: pd.DataFrame, cards: pd.DataFrame, *, n_resamples: int =
                          for m in (trained, initial))
             result = probes.probe_margin(X, X0, targets, groups=groups, n_resamples=n_resamples,
                                          confidence=confidence, random_state=random_state)
-            margin = result.to_dict() | {"key": key, "reference": f"initial weights (seed {card['seed']})",
+            margin = result.to_dict() | {"key": key, "reference": _reference(card),
                                          "data": "held-out images (split != 'train')"}
             card["probe"], card["flag"] = margin, _flag(margin)
             atomic_write_json(folder / "card.json", {k: v for k, v in card.items() if k != "path"})
