@@ -61,7 +61,8 @@ import seaborn as sns
 from IPython.display import HTML, Markdown, display
 
 import crslib
-from crslib import agreement, ann, claims, factors, paper, plots, probes, similarity, subgroups
+from crslib import agreement, ann, claims, paper, plots, probes, similarity, subgroups
+from crslib import factors as model_factors
 from crslib.data import load_data
 from crslib.embed import embed_models
 from crslib.models import is_random_init, random_init_spec, zoo_specs
@@ -669,23 +670,26 @@ if convergence is not None and len(pairs):
 # augmentation strength. Untrained random-init references are left out.
 
 # %% tags=["hide-input"]
-def factor_text(table: pd.DataFrame) -> str:
+def factor_text(table: pd.DataFrame, left_out: bool) -> str:
     """The factors from most to least agreement, and how the objective ranks among them."""
     ranked = table.sort_values("mean", ascending=False)
-    text = ("Pairs that differ in one factor alone, from most to least agreement: " + "; ".join(
+    text = (("Leaving out the pairs with a flagged model, pairs" if left_out else "Pairs")
+            + " that differ in one factor alone, from most to least agreement: " + "; ".join(
         f"{row.factor} {row.mean:.3f} ({row.n_pairs} pair{'s' if row.n_pairs != 1 else ''})"
         for row in ranked.itertuples()) + f" (chance {chance:.3f}). ")
-    absent = [f for f in factors.FACTORS if f not in set(table["factor"])]
+    absent = [f for f in model_factors.FACTORS if f not in set(table["factor"])]
     if absent:
-        text += f"No pair in this run isolates {', '.join(absent)}. "
+        text += (f"No pair {'of models that learned ' if left_out else ''}in this run isolates "
+                 f"{', '.join(absent)}. ")
     if "objective" in set(table["factor"]) and len(table) > 1:
-        lowest = ranked.iloc[-1]["factor"]
-        text += ("Changing the objective moved the neighbours more than any other single factor here, in line "
-                 "with the paper's finding that convergence depended on the pretraining objective."
+        lowest, n_lowest = ranked.iloc[-1]["factor"], int(ranked.iloc[-1]["n_pairs"])
+        evidence = f" (on {n_lowest} pair{'s' if n_lowest != 1 else ''})"
+        text += ("Changing the objective moved the neighbours more than any other single factor here" + evidence
+                 + ", in line with the paper's finding that convergence depended on the pretraining objective."
                  if lowest == "objective" else
-                 f"Changing {lowest} moved the neighbours most here, more than changing the objective; the paper "
-                 "found the objective decisive across its 101 models, which this small phantom zoo need not "
-                 "reproduce.")
+                 f"Changing {lowest} moved the neighbours most here{evidence}, more than changing the objective; "
+                 "the paper found the objective decisive across its 101 models, which this small phantom zoo need "
+                 "not reproduce.")
     return text
 
 
@@ -696,19 +700,21 @@ if has_agreement and skips.check(
         "fewer than two trained zoo models in this run; add zoo:* to `models` to run it"
         if len(factor_models) < 2 else None):
     factor_names = factor_models["name"].tolist()
-    factor_pair_table = factors.factor_pairs(matrix.loc[factor_names, factor_names], factor_models)
+    factor_pair_table = model_factors.factor_pairs(matrix.loc[factor_names, factor_names], factor_models)
     factor_pair_table["flagged"] = factor_pair_table["model_a"].isin(flagged) | factor_pair_table["model_b"].isin(flagged)
-    factor_summary = factors.factor_table(factor_pair_table)
+    factor_summary = model_factors.factor_table(factor_pair_table)
     factor_summary["n_flagged"] = factor_summary["factor"].map(factor_pair_table.groupby("factor")["flagged"].sum())
     factor_pair_table.to_csv(results / "factor_pairs.csv", index=False)
     if factor_summary.empty:
         display(Markdown("No two trained zoo models of this run differ in exactly one factor."))
     else:
-        display(plots.reader_table(factor_summary, labels={"n_pairs": "pairs", "mean": "mean overlap",
-                                                           "min": "lowest", "max": "highest",
-                                                           "n_flagged": "pairs with a flagged model"}))
-        display(Markdown(factor_text(factor_summary)))
+        display(plots.reader_table(factor_summary.set_index("factor"), labels={
+            "n_pairs": "pairs", "mean": "mean overlap", "min": "lowest", "max": "highest",
+            "n_flagged": "pairs with a flagged model"}))
         flagged_pairs = factor_pair_table[factor_pair_table["flagged"]]
+        learned_summary = model_factors.factor_table(factor_pair_table[~factor_pair_table["flagged"]])
+        display(Markdown(factor_text(learned_summary, True) if len(flagged_pairs) and len(learned_summary)
+                         else factor_text(factor_summary, False)))
         if len(flagged_pairs):
             involved = sorted((set(flagged_pairs["model_a"]) | set(flagged_pairs["model_b"])) & set(flagged))
             display(Markdown(
