@@ -261,6 +261,56 @@ def test_permutation_importance_points_at_the_informative_property():
     assert result.pool_balanced_accuracy > 0.9 and result.test_balanced_accuracy > 0.9
 
 
+class _SignOf:
+    """A fitted classifier that predicts class 1 where column ``col`` is positive (``flip`` inverts it)."""
+
+    classes_ = np.array([0, 1])
+
+    def __init__(self, col: int, flip: bool = False):
+        self.col, self.flip = col, flip
+
+    def predict_proba(self, X):
+        p = ((X[:, self.col] > 0) != self.flip).astype(float)
+        return np.column_stack([1 - p, p])
+
+
+def test_permutation_importance_known_answer_each_fold_model_on_its_own_rows_draws_in_order():
+    # fold 0 (6 rows) has a model that reads column 0, fold 1 (4 rows) one that reads it inverted: every
+    # held-out row predicted by its own fold's model is right, by the other fold's model wrong
+    y = np.array([0, 1, 0, 1, 1, 0, 0, 1, 1, 0])
+    folds = np.array([0, 0, 0, 0, 0, 0, 1, 1, 1, 1])
+    signal = np.where(y == 1, 1.0, -1.0) * np.where(folds == 1, -1, 1)
+    X = np.column_stack([signal, np.linspace(-1, 1, 10)])
+    fitted = [_SignOf(0), _SignOf(0, flip=True)]
+    groups = {"signal": [0], "unused": [1]}
+    assert S._balanced_accuracy(y, np.concatenate([m.predict_proba(X[folds == k])[:, 1] > 0.5
+                                                   for k, m in enumerate(fitted)]).astype(int)) == 1.0
+
+    def expected_drops(n_repeats):
+        # drawing the permutations in the documented order: fold, property, repeat
+        rng = np.random.default_rng(1)
+        permuted = np.zeros((2, n_repeats, len(y)), dtype=int)
+        for k, model in enumerate(fitted):
+            held = np.flatnonzero(folds == k)
+            for j, cols in enumerate(groups.values()):
+                for r in range(n_repeats):
+                    block = X[held].copy()
+                    block[:, cols] = X[held][rng.permutation(len(held))][:, cols]
+                    permuted[j, r, held] = model.predict_proba(block)[:, 1] > 0.5
+        return np.array([[1.0 - S._balanced_accuracy(y, permuted[j, r]) for r in range(n_repeats)] for j in range(2)])
+
+    for n_repeats in (2, 3):
+        out = S._permutation_importance(fitted, X, y, folds, groups, n_classes=2, n_repeats=n_repeats, random_state=1)
+        drops = expected_drops(n_repeats)
+        assert len(set(drops[0].round(9))) > 1  # the repeats differ, so the spread is not 0 by accident
+        assert out["feature"].tolist() == ["signal", "unused"]
+        np.testing.assert_allclose(out["importance_mean"], drops.mean(axis=1))
+        np.testing.assert_allclose(out["importance_std"], drops.std(axis=1, ddof=1))
+        assert out.loc[1, "importance_mean"] == 0.0 and out.loc[1, "importance_std"] == 0.0
+    one = S._permutation_importance(fitted, X, y, folds, groups, n_classes=2, n_repeats=1, random_state=1)
+    assert one["importance_std"].tolist() == [0.0, 0.0]
+
+
 def test_results_are_deterministic():
     rng, patients, split, labels = _synthetic(seed=2)
     X = rng.normal(size=(len(split), 4))
