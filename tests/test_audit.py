@@ -311,6 +311,15 @@ def test_permutation_importance_known_answer_each_fold_model_on_its_own_rows_dra
     assert one["importance_std"].tolist() == [0.0, 0.0]
 
 
+def test_alone_scores_leave_a_property_that_is_constant_in_every_column_unscored():
+    # two columns, each constant but not equal to each other (a one-hot property with one value in the pool):
+    # nothing to learn from, so no score, though the block as a whole is not constant
+    y = np.array([0, 1] * 10)
+    folds = np.repeat([0, 1], 10)
+    X = np.column_stack([np.ones(20), np.zeros(20), np.where(y == 1, 1.0, -1.0)])
+    scores = S._alone_scores("logistic", X, y, folds, {"one_value": [0, 1], "signal": [2]}, 2, 0)
+    assert np.isnan(scores[0]) and scores[1] == 1.0
+
 def test_results_are_deterministic():
     rng, patients, split, labels = _synthetic(seed=2)
     X = rng.normal(size=(len(split), 4))
@@ -404,8 +413,12 @@ def test_property_matrix_result_copies_serialises_and_groups_the_audit():
 
 
 def test_property_matrix_rejects_constant_input():
-    with pytest.raises(InputError, match="no file property varies"):
+    message = (r"^no file property varies across these images, so there is nothing to classify with; "
+               r"pass the output of crslib\.data\.file_properties for the whole data set$")
+    with pytest.raises(InputError, match=message):
         S.property_matrix(pd.DataFrame({"image_id": ["a", "b"], "format": ["PNG", "PNG"]}))
+    with pytest.raises(InputError, match=message):  # no images at all: the same error, not numpy's
+        S.property_matrix(pd.DataFrame({"image_id": pd.Series([], dtype=object), "size": pd.Series([], dtype=float)}))
 
 
 # --------------------------------------------------------------------------- provenance and run_audit
