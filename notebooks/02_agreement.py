@@ -694,7 +694,7 @@ def factor_text(table: pd.DataFrame, left_out: bool) -> str:
 
 
 factor_summary = None
-factor_models = zoo_factors[zoo_factors["objective"] != "random_init"] if len(zoo_factors) else zoo_factors
+factor_models = zoo_factors[zoo_factors["objective"] != "random_init"]
 if has_agreement and skips.check(
         "the convergence by factor",
         "fewer than two trained zoo models in this run; add zoo:* to `models` to run it"

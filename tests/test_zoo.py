@@ -527,8 +527,10 @@ def test_full_preset_adds_pairs_that_differ_in_one_named_factor_alone():
 def test_factor_settings_and_specs_reject_what_cannot_be_trained():
     with pytest.raises(ConfigError, match="unknown zoo factor"):
         zoo_specs("quick", overrides={"factors": {"label": ["contrastive"]}})
-    with pytest.raises(ConfigError, match="not among the preset's objectives"):
+    with pytest.raises(ConfigError, match="not among the preset's trained objectives"):
         zoo_specs("quick", overrides={"objectives": ["contrastive"], "wide": [], "factors": {"init": ["autoencoder"]}})
+    with pytest.raises(ConfigError, match="not among the preset's trained objectives"):
+        zoo_specs("quick", overrides={"factors": {"recipe": ["random_init"]}})
     with pytest.raises(ConfigError, match="cannot start from 'imagenet'"):
         ZooModelSpec.make("contrastive", init="imagenet")
     with pytest.raises(ConfigError, match="patients must be one of"):

@@ -108,8 +108,8 @@ def _patient_half(pool: _Pool, half: int) -> _Pool:
         rows = grouped_partition(pool.rows["patient_id"].astype(str).to_numpy(), (0.5, 0.5), random_state=0)[half]
     except InputError as exc:
         raise DataError(f"cannot halve the training patients: {exc}") from None
-    return _Pool(pool.images[torch.as_tensor(rows)], pool.rows.iloc[rows].reset_index(drop=True), [pool.hashes[i] for i in rows],
-                 pool.image_size, pool.mean, pool.std)
+    return _Pool(pool.images[torch.as_tensor(rows)], pool.rows.iloc[rows].reset_index(drop=True),
+                 [pool.hashes[i] for i in rows], pool.image_size, pool.mean, pool.std)
 
 
 def _labels_for(objective: str, rows: pd.DataFrame) -> tuple[list[str], np.ndarray | None, list[Any]]:

@@ -95,7 +95,7 @@ def _epochs(n: int, **longer: int) -> dict[str, int]:
     return {objective: longer.get(objective, n) for objective in OBJECTIVES if objective != "random_init"}
 
 
-# The two presets train the same 18 models and differ only in epochs (and so in time). quick (6
+# quick and default train the same 18 models and differ only in epochs (and so in time). quick (6
 # epochs, 24 steps on the quick phantom, about 60 s on an idle machine) is a smoke run: its cards flag
 # the objectives that need longer. default gives each objective the schedule it needed to beat its
 # initial weights on the default phantom (seed 0 unless said; margin of the card's probe, 95% interval):
@@ -354,14 +354,15 @@ def _factor_specs(factors: Mapping[str, Any], objectives: list[str], epochs_of, 
     specs = []
     for factor in ZOO_FACTORS:
         for objective in factors.get(factor) or []:
-            if objective not in objectives:
-                raise ConfigError(f"zoo factor {factor} lists {objective!r}, which is not among the preset's objectives")
+            if objective not in objectives or objective == "random_init":
+                raise ConfigError(f"zoo factor {factor} lists {objective!r}, which is not among the preset's trained "
+                                  "objectives")
             common = {"seed": 0, "epochs": epochs_of(objective), "batch_size": batch_size}
             base = dict(hparams.get(objective) or {})
             if factor == "init":
                 specs += [ZooModelSpec.make(objective, architecture="effnet_lite0", init=init, hparams=base, **common)
                           for init in ("random", "imagenet")]
-                reference = ZooModelSpec.make("random_init", architecture="effnet_lite0", epochs=0)
+                reference = ZooModelSpec.make("random_init", architecture="effnet_lite0", epochs=0, batch_size=batch_size)
                 if "random_init" in objectives and reference.name not in {s.name for s in specs}:
                     specs.append(reference)  # the architecture's random-init reference, as cnn_small has
             elif factor == "patients":
