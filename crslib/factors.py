@@ -32,7 +32,7 @@ __all__ = ["FACTORS", "SUPERSETS", "factor_pairs", "factor_table"]
 
 #: The factors, in the order a table lists them. ``architecture`` is the size
 #: factor; ``init`` random vs pretrained weights; ``patients`` which training
-#: patients; ``recipe`` the augmentation strength.
+#: patients; ``recipe`` the augmentation strength and schedule.
 FACTORS = ("objective", "seed", "architecture", "init", "patients", "recipe")
 
 

@@ -218,7 +218,7 @@ if has_agreement:
     abbreviations = {"supervised_multilabel": "sup", "supervised_single": "sup1", "contrastive": "con",
                      "self_distillation": "sd", "masked_image_modelling": "mim", "autoencoder": "ae",
                      "random_init": "rand", "-cnn_small": "", "-cnn_wide": " wide", "-effnet_lite0": " eff",
-                     "-imagenet": " IN", "-half": " h", "-strong": " str", "-weak": " wk", "-seed": " s"}
+                     "-imagenet": " IN", "-half": " h", "-strong": " str", "-weak": " wk", "-long": " lg", "-seed": " s"}
 
     def short_label(name):
         for long, brief in abbreviations.items():
@@ -666,8 +666,8 @@ if convergence is not None and len(pairs):
 # differ in exactly one of these show how far that factor alone moves the
 # neighbours. The default zoo varies objective, seed and size; the `full`
 # preset adds pairs that start from random vs ImageNet weights
-# (EfficientNet-Lite0), train on two disjoint patient halves, or use the other
-# augmentation strength. Untrained random-init references are left out.
+# (EfficientNet-Lite0), train on two disjoint patient halves, or train twice as
+# long. Untrained random-init references are left out.
 
 # %% tags=["hide-input"]
 def factor_text(table: pd.DataFrame, left_out: bool) -> str:

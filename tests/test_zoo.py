@@ -500,28 +500,37 @@ def test_full_preset_adds_pairs_that_differ_in_one_named_factor_alone():
     full = zoo_specs("full")
     assert [s.name for s in full[:len(default)]] == [s.name for s in default]
     # the factors stay out of a default model's dict, so the cache keys trained before them still hold
-    assert all("init" not in s.to_dict() and "patients" not in s.to_dict() for s in default)
+    assert all(not {"init", "patients", "recipe"} & set(s.to_dict()) for s in default)
     added = full[len(default):]
     info = pd.DataFrame([{"name": s.name, "objective": s.objective, "seed": s.seed, "architecture": s.architecture,
                           **factor_values(s.to_dict())} for s in full])
     assert info.set_index("name").loc[[s.name for s in added], "variant"].tolist() == [
-        False, True, False, False, True, True, True, True, True, True, True]  # random starts are no variants
+        False, True, False, True, True, True, True, True, True]  # random starts are no variants
     assert "random_init-effnet_lite0-seed0" in info["name"].tolist()  # the new architecture's random-init reference
     names = info["name"].tolist()
     pairs = factor_pairs(pd.DataFrame(np.eye(len(names)), index=names, columns=names), info)
     by_factor = {f: set(zip(t["model_a"], t["model_b"])) for f, t in pairs.groupby("factor")}
+    assert by_factor["init"] == {("supervised_multilabel-effnet_lite0-seed0",
+                                  "supervised_multilabel-effnet_lite0-seed0-imagenet")}
     for objective in ("supervised_multilabel", "contrastive"):
         base = f"{objective}-cnn_small-seed0"
-        assert (f"{objective}-effnet_lite0-seed0", f"{objective}-effnet_lite0-seed0-imagenet") in by_factor["init"]
         assert (f"{base}-half0", f"{base}-half1") in by_factor["patients"]
-        assert (base, f"{base}-strong") in by_factor["recipe"]
-    assert len(by_factor["init"]) == len(by_factor["patients"]) == len(by_factor["recipe"]) == 2
-    strong = {s.name: s for s in added}["contrastive-cnn_small-seed0-strong"]
-    assert strong.resolved_hparams()["augment"] == "strong" and strong.epochs == 8
+        assert (base, f"{base}-long") in by_factor["recipe"]
+    assert len(by_factor["patients"]) == len(by_factor["recipe"]) == 2
+    # each pair trains with the epochs its factor setting gives; the long schedule twice its objective's
+    epochs = {s.name: s.epochs for s in added}
+    assert epochs["supervised_multilabel-effnet_lite0-seed0"] == epochs["supervised_multilabel-effnet_lite0-seed0-imagenet"] == 32
+    assert epochs["contrastive-cnn_small-seed0-half0"] == epochs["contrastive-cnn_small-seed0-half1"] == 16
+    assert epochs["contrastive-cnn_small-seed0-long"] == 2 * {s.name: s.epochs for s in default}[
+        "contrastive-cnn_small-seed0"] == 16
+    long = {s.name: s for s in added}["contrastive-cnn_small-seed0-long"]
+    assert long.recipe == "long" and long.to_dict()["recipe"] == "long" and long.resolved_hparams()["augment"] == "weak"
+    assert info.set_index("name").loc["contrastive-cnn_small-seed0-long", "recipe"] == "weak, long schedule"
     dino_recipe = zoo_specs("quick", overrides={"objectives": ["self_distillation"], "wide": [],
                                                 "hparams": {"self_distillation": {"method": "dino"}},
                                                 "factors": {"recipe": ["self_distillation"]}})
-    assert dino_recipe[-1].name.endswith("-weak") and dino_recipe[-1].resolved_hparams()["augment"] == "weak"
+    assert dino_recipe[-1].name.endswith("-long") and dino_recipe[-1].resolved_hparams()["method"] == "dino"
+    assert dino_recipe[-1].epochs == 12
 
 
 def test_factor_settings_and_specs_reject_what_cannot_be_trained():
@@ -535,6 +544,14 @@ def test_factor_settings_and_specs_reject_what_cannot_be_trained():
         ZooModelSpec.make("contrastive", init="imagenet")
     with pytest.raises(ConfigError, match="patients must be one of"):
         ZooModelSpec.make("contrastive", patients="half2")
+    with pytest.raises(ConfigError, match="recipe must be one of base, long"):
+        ZooModelSpec.make("contrastive", recipe="short")
+    with pytest.raises(ConfigError, match="recipe takes a list of objectives"):
+        zoo_specs("quick", overrides={"factors": {"recipe": {"contrastive": 4}}})
+    with pytest.raises(ConfigError, match="epochs for 'contrastive' must be an integer >= 1, got 0"):
+        zoo_specs("quick", overrides={"factors": {"patients": {"contrastive": 0}}})
+    with pytest.raises(ConfigError, match="must list objectives"):
+        zoo_specs("quick", overrides={"factors": {"patients": "contrastive"}})
     with pytest.raises(ConfigError, match="stride-16 CNNs only"):
         ZooModelSpec.make("masked_image_modelling", architecture="effnet_lite0")
     with pytest.raises(ModelError, match="cannot start from 'imagenet'"):

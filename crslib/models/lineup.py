@@ -56,7 +56,7 @@ class Lineup:
         One row per model: ``name``, ``spec``, ``backend``, ``objective``
         (the zoo objective; the backend for other models), ``architecture``
         and ``seed`` (0 where a model has none); for zoo models also
-        ``init``, ``patients``, ``recipe`` (the augmentation) and
+        ``init``, ``patients``, ``recipe`` (augmentation and schedule) and
         ``variant`` (:func:`crslib.models.zoo_presets.factor_values`),
         missing for others.
     cards : DataFrame

@@ -393,7 +393,7 @@ def random_init_spec(spec: str) -> str | None:
         return None
     if parsed.backend == "zoo":
         # Zoo names follow "{objective}-{architecture}-seed{seed}", then the factor variants' suffixes
-        # such as "-imagenet", "-half0" or "-strong" (crslib.models.zoo_presets.ZooModelSpec.make).
+        # such as "-imagenet", "-half0" or "-long" (crslib.models.zoo_presets.ZooModelSpec.make).
         match = re.fullmatch(r"[a-z_]+-(?P<arch>[a-z0-9_]+)-seed\d+(-[a-z0-9]+)*(@\w+)?", parsed.target)
         return f"zoo:random_init-{match['arch']}-seed0" if match else None
     if parsed.backend in ("hf", "open_clip"):

@@ -70,12 +70,14 @@ size (architecture)
 init, patients, recipe (the ``full`` preset)
     ``effnet_lite0`` (timm's ``tf_efficientnet_lite0``, 1280-d, ~3.4 M
     parameters) from random weights and from the bundled ImageNet weights
-    (``-imagenet``); ``cnn_small`` on two disjoint halves of the training
-    patients (``-half0``, ``-half1``); ``cnn_small`` with the other
-    augmentation strength (``-strong``). Each for ``supervised_multilabel``
-    and ``contrastive`` at seed 0, plus ``random_init-effnet_lite0-seed0``
-    as the new architecture's reference (:mod:`crslib.models.zoo_presets`);
-    :mod:`crslib.factors` compares the pairs.
+    (``-imagenet``), ``supervised_multilabel`` for 32 epochs, plus
+    ``random_init-effnet_lite0-seed0`` as that architecture's reference;
+    ``cnn_small`` on two disjoint halves of the training patients
+    (``-half0``, ``-half1``) for 16 epochs; ``cnn_small`` with the long
+    schedule, twice the objective's epochs (``-long``). The patients and
+    recipe pairs are for ``supervised_multilabel`` and ``contrastive``, all
+    at seed 0 (:mod:`crslib.models.zoo_presets`); :mod:`crslib.factors`
+    compares the pairs.
 
 Everything else is shared: one grayscale input channel, the training pool's
 mean/std normalisation, AdamW (lr 2e-3, weight decay 1e-4), a cosine learning

@@ -8,7 +8,7 @@ Examples
 --------
 >>> [s.name for s in zoo_specs("full")][-4:]
 ['contrastive-cnn_small-seed0-half0', 'contrastive-cnn_small-seed0-half1', \
-'supervised_multilabel-cnn_small-seed0-strong', 'contrastive-cnn_small-seed0-strong']
+'supervised_multilabel-cnn_small-seed0-long', 'contrastive-cnn_small-seed0-long']
 """
 
 from __future__ import annotations
@@ -53,6 +53,9 @@ LABEL_TYPES = {
 
 #: The training patients a zoo model can use (``half0``/``half1``: two disjoint halves).
 PATIENT_SETS = ("all", "half0", "half1")
+#: A zoo model's schedule: its objective's (``base``), or the recipe factor's
+#: other one (``long``: twice its objective's epochs in the preset).
+RECIPES = ("base", "long")
 #: Objectives whose decoder needs the stride-16 CNN's feature map.
 _NEEDS_PIXEL_DECODER = ("masked_image_modelling", "autoencoder")
 
@@ -111,11 +114,17 @@ ZOO_PRESETS: dict[str, dict[str, Any]] = {
     "default": {**_ZOO_MODELS, "epochs": _epochs(8, self_distillation=32, autoencoder=48, masked_image_modelling=96)},
 }
 # full adds the study's other factors, each as pairs of seed-0 models that differ in that factor alone
-# (zoo_specs names them): init (EfficientNet-Lite0 from random vs ImageNet weights), patients (cnn_small
-# on two disjoint patient halves) and recipe (cnn_small with the other augmentation strength).
+# (zoo_specs names them), with the schedules each needed to beat its initial weights on the default
+# phantom (probe margin, lower 95% bound): init is EfficientNet-Lite0 from random vs ImageNet weights,
+# supervised only and for 32 epochs (from random weights it fell below them at 8 epochs, -0.036, and
+# cleared them at 32, low +0.021; contrastive training lost the ImageNet features at 8 epochs, -0.051);
+# patients is cnn_small on two disjoint patient halves for 16 epochs (as many steps as 8 on all
+# patients: contrastive halves at 8 epochs did not clear zero); recipe pairs each 8-epoch model with its
+# long schedule, 16 epochs (contrastive low +0.055; with strong views instead it fell below, -0.029).
 ZOO_PRESETS["full"] = {**ZOO_PRESETS["default"],
-                       "factors": {factor: ["supervised_multilabel", "contrastive"]
-                                   for factor in ("init", "patients", "recipe")}}
+                       "factors": {"init": {"supervised_multilabel": 32},
+                                   "patients": {"supervised_multilabel": 16, "contrastive": 16},
+                                   "recipe": ["supervised_multilabel", "contrastive"]}}
 _PRESET_KEYS = ("objectives", "seeds", "wide", "epochs", "batch_size", "image_size", "hparams", "factors")
 #: What the ``factors`` setting of a preset can add.
 ZOO_FACTORS = ("init", "patients", "recipe")
@@ -152,6 +161,10 @@ class ZooModelSpec:
         Train on every training patient, or on one of two disjoint halves of
         them (:func:`crslib.splits.grouped_partition` into two equal shares,
         ``random_state=0``: every model of a half sees the same patients).
+    recipe : {"base", "long"}
+        A label for the schedule: ``long`` marks the recipe factor's variant,
+        which :func:`zoo_specs` gives twice its objective's epochs (``epochs``
+        holds the number trained).
 
     Examples
     --------
@@ -170,6 +183,7 @@ class ZooModelSpec:
     hparams: Mapping[str, Any] = field(default_factory=dict)
     init: str = "random"
     patients: str = "all"
+    recipe: str = "base"
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -189,6 +203,8 @@ class ZooModelSpec:
         if self.patients not in PATIENT_SETS:
             raise ConfigError(f"zoo model {self.name}: patients must be one of {', '.join(PATIENT_SETS)}, "
                               f"got {self.patients!r}")
+        if self.recipe not in RECIPES:
+            raise ConfigError(f"zoo model {self.name}: recipe must be one of {', '.join(RECIPES)}, got {self.recipe!r}")
         if ARCHITECTURES[self.architecture]["family"] != "cnn" and self.objective in _NEEDS_PIXEL_DECODER:
             raise ConfigError(f"zoo model {self.name}: {self.objective} decodes pixels from the stride-16 CNNs "
                               f"only; use cnn_small or cnn_wide")
@@ -212,12 +228,13 @@ class ZooModelSpec:
     @classmethod
     def make(cls, objective: str, *, architecture: str = "cnn_small", seed: int = 0, epochs: int = 10,
              batch_size: int = 128, hparams: Mapping[str, Any] | None = None, init: str = "random",
-             patients: str = "all", suffix: str = "") -> ZooModelSpec:
+             patients: str = "all", recipe: str = "base", suffix: str = "") -> ZooModelSpec:
         """Spec with the conventional name ``{objective}-{architecture}-seed{seed}``, followed by
-        ``-imagenet`` and ``-{patients}`` when they are not the defaults, then ``suffix``."""
+        ``-imagenet``, ``-{patients}`` and ``-{recipe}`` when they are not the defaults, then ``suffix``."""
         name = (f"{objective}-{architecture}-seed{int(seed)}" + ("-imagenet" if init == "imagenet" else "")
-                + (f"-{patients}" if patients != "all" else "") + suffix)
-        return cls(name, objective, architecture, seed, epochs, batch_size, dict(hparams or {}), init, patients)
+                + (f"-{patients}" if patients != "all" else "") + (f"-{recipe}" if recipe != "base" else "") + suffix)
+        return cls(name, objective, architecture, seed, epochs, batch_size, dict(hparams or {}), init, patients,
+                   recipe)
 
     def resolved_hparams(self) -> dict[str, Any]:
         """Optimiser and objective hyperparameters with this spec's overrides."""
@@ -234,7 +251,7 @@ class ZooModelSpec:
         d["hparams"] = dict(sorted(self.hparams.items()))
         # the factors added later stay out of the dict at their defaults, so the cache keys of the
         # models trained before them still match
-        for key, default in (("init", "random"), ("patients", "all")):
+        for key, default in (("init", "random"), ("patients", "all"), ("recipe", "base")):
             if d[key] == default:
                 del d[key]
         return d
@@ -288,8 +305,8 @@ def zoo_specs(preset: str | os.PathLike | Mapping[str, Any] = "default", *,
         Settings applied last, e.g. ``{"epochs": 2, "seeds": {"contrastive": [0]}}``.
         Keys: ``objectives``, ``seeds``, ``wide``, ``epochs``, ``batch_size``,
         ``image_size``, ``hparams`` (objective -> dict), ``factors`` (factor
-        -> objectives: ``init``, ``patients``, ``recipe``; the ``full``
-        preset's).
+        -> a list of objectives, or for ``init`` and ``patients`` a mapping
+        objective -> epochs; the ``full`` preset's).
 
     Returns
     -------
@@ -297,7 +314,7 @@ def zoo_specs(preset: str | os.PathLike | Mapping[str, Any] = "default", *,
         In training order: each objective at ``cnn_small`` with its seeds,
         then the ``wide`` objectives at ``cnn_wide`` with seed 0, then the
         factor pairs (``effnet_lite0`` from random and ImageNet weights,
-        ``-half0``/``-half1``, ``-strong`` or ``-weak`` for the other recipe).
+        ``-half0``/``-half1``, ``-long`` for the recipe's long schedule).
 
     Examples
     --------
@@ -345,7 +362,9 @@ def zoo_specs(preset: str | os.PathLike | Mapping[str, Any] = "default", *,
 def _factor_specs(factors: Mapping[str, Any], objectives: list[str], epochs_of, batch_size: int,
                   hparams: Mapping[str, Any]) -> list[ZooModelSpec]:
     """The models a preset's ``factors`` setting adds: for each factor, the objectives listed (seed 0)
-    as a pair that differs in that factor alone (``recipe`` pairs the base model with one variant)."""
+    as a pair that differs in that factor alone. A factor maps to a list of objectives, or to a mapping
+    objective -> epochs for that factor's pair (``init``, ``patients``); ``recipe`` pairs the base
+    model with its ``long`` schedule, twice its objective's epochs."""
     if not isinstance(factors, Mapping):
         raise ConfigError(f"the zoo's factors setting must map a factor to objectives, got {factors!r}")
     unknown = sorted(set(factors) - set(ZOO_FACTORS))
@@ -353,27 +372,40 @@ def _factor_specs(factors: Mapping[str, Any], objectives: list[str], epochs_of, 
         raise ConfigError(f"unknown zoo factor(s) {', '.join(unknown)}: use {', '.join(ZOO_FACTORS)}")
     specs = []
     for factor in ZOO_FACTORS:
-        for objective in factors.get(factor) or []:
+        for objective, epochs in _factor_epochs(factor, factors.get(factor) or [], epochs_of).items():
             if objective not in objectives or objective == "random_init":
                 raise ConfigError(f"zoo factor {factor} lists {objective!r}, which is not among the preset's trained "
                                   "objectives")
-            common = {"seed": 0, "epochs": epochs_of(objective), "batch_size": batch_size}
-            base = dict(hparams.get(objective) or {})
+            common = {"seed": 0, "epochs": epochs, "batch_size": batch_size,
+                      "hparams": dict(hparams.get(objective) or {})}
             if factor == "init":
-                specs += [ZooModelSpec.make(objective, architecture="effnet_lite0", init=init, hparams=base, **common)
+                specs += [ZooModelSpec.make(objective, architecture="effnet_lite0", init=init, **common)
                           for init in ("random", "imagenet")]
                 reference = ZooModelSpec.make("random_init", architecture="effnet_lite0", epochs=0, batch_size=batch_size)
                 if "random_init" in objectives and reference.name not in {s.name for s in specs}:
                     specs.append(reference)  # the architecture's random-init reference, as cnn_small has
             elif factor == "patients":
-                specs += [ZooModelSpec.make(objective, patients=half, hparams=base, **common)
-                          for half in ("half0", "half1")]
+                specs += [ZooModelSpec.make(objective, patients=half, **common) for half in ("half0", "half1")]
             else:
-                augment = ZooModelSpec.make(objective, hparams=base).resolved_hparams()["augment"]
-                other = "weak" if augment == "strong" else "strong"
-                specs.append(ZooModelSpec.make(objective, hparams=base | {"augment": other}, suffix=f"-{other}",
-                                               **common))
+                specs.append(ZooModelSpec.make(objective, recipe="long", **(common | {"epochs": 2 * epochs})))
     return specs
+
+
+def _factor_epochs(factor: str, listed: Any, epochs_of) -> dict[str, int]:
+    """objective -> epochs of one factor's setting (a list: each objective's own epochs)."""
+    if isinstance(listed, Mapping):
+        if factor == "recipe":
+            raise ConfigError("zoo factor recipe takes a list of objectives: its variant trains twice their epochs")
+        out = {}
+        for objective, epochs in listed.items():
+            if isinstance(epochs, bool) or not isinstance(epochs, (int, np.integer)) or epochs < 1:
+                raise ConfigError(f"zoo factor {factor}: epochs for {objective!r} must be an integer >= 1, "
+                                  f"got {epochs!r}")
+            out[str(objective)] = int(epochs)
+        return out
+    if isinstance(listed, str) or not isinstance(listed, (list, tuple)):
+        raise ConfigError(f"zoo factor {factor} must list objectives (or map them to epochs), got {listed!r}")
+    return {objective: epochs_of(objective) for objective in listed}
 
 
 def _preset_image_size(preset: Any, overrides: Mapping[str, Any] | None) -> int:
@@ -390,24 +422,29 @@ def factor_values(spec: Mapping[str, Any]) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``init``, ``patients``, ``recipe`` (the augmentation; None for
-        ``random_init``) and
+        ``init``, ``patients``, ``recipe`` (the augmentation, with the
+        schedule when it is not the objective's own, e.g. ``"weak, long
+        schedule"``; None for ``random_init``) and
         ``variant``: True for a model that the ``factors`` setting adds
-        (ImageNet start, a patient half, or the other recipe than its
-        objective's), False for the preset's own models.
+        (ImageNet start, a patient half, another augmentation than its
+        objective's, or the long schedule), False for the preset's own models.
 
     Examples
     --------
     >>> factor_values(ZooModelSpec.make("contrastive", hparams={"augment": "strong"}).to_dict())
     {'init': 'random', 'patients': 'all', 'recipe': 'strong', 'variant': True}
+    >>> factor_values(ZooModelSpec.make("contrastive", recipe="long", epochs=16).to_dict())["recipe"]
+    'weak, long schedule'
     >>> factor_values(ZooModelSpec.make("self_distillation", hparams={"method": "dino"}).to_dict())["variant"]
     False
     """
     hparams = dict(spec.get("hparams") or {})
     init, patients = spec.get("init", "random"), spec.get("patients", "all")
-    recipe = ZooModelSpec.make(spec["objective"], hparams=hparams).resolved_hparams().get("augment")
+    schedule = spec.get("recipe", "base")
+    augment = ZooModelSpec.make(spec["objective"], hparams=hparams).resolved_hparams().get("augment")
     hparams.pop("augment", None)
-    own_recipe = ZooModelSpec.make(spec["objective"], hparams=hparams).resolved_hparams().get("augment")
+    own_augment = ZooModelSpec.make(spec["objective"], hparams=hparams).resolved_hparams().get("augment")
+    recipe = None if augment is None else augment + ("" if schedule == "base" else f", {schedule} schedule")
     return {"init": init, "patients": patients, "recipe": recipe,
-            "variant": bool(init != "random" or patients != "all" or recipe != own_recipe)}
+            "variant": bool(init != "random" or patients != "all" or augment != own_augment or schedule != "base")}
 
