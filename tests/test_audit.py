@@ -320,6 +320,71 @@ def test_alone_scores_leave_a_property_that_is_constant_in_every_column_unscored
     scores = S._alone_scores("logistic", X, y, folds, {"one_value": [0, 1], "signal": [2]}, 2, 0)
     assert np.isnan(scores[0]) and scores[1] == 1.0
 
+def test_shortcut_audit_defaults_seeds_and_grouped_intervals_are_what_it_documents():
+    """Defaults as documented; every random step follows random_state; the intervals resample patients."""
+    from crslib.stats import bootstrap_ci
+
+    rng, patients, split, labels = _synthetic(n_patients=60, seed=4)
+    X = np.c_[labels + rng.normal(scale=1.5, size=len(labels)), rng.normal(size=len(labels))]
+    documented = S.shortcut_audit(X, labels, split, groups=patients, n_splits=5, n_resamples=1000, n_repeats=10,
+                                  n_permutations=0, random_state=0, model="logistic")
+    by_default = S.shortcut_audit(X, labels, split, groups=patients)
+    pd.testing.assert_frame_equal(by_default.table, documented.table)
+    pd.testing.assert_frame_equal(by_default.importances, documented.importances)
+    assert (by_default.n_splits, by_default.n_repeats, by_default.n_permutations) == (5, 10, 0)
+    assert by_default.model == "logistic" and by_default.null.shape == (0, 2)
+    # the pool and test intervals are the patient-grouped bootstrap of the balanced accuracy
+    in_pool, in_test = np.isin(split, ["train", "val"]), split == "test"
+    for scope, rows, predicted in (("pool", in_pool, by_default.pool_predictions),
+                                   ("test", in_test, by_default.test_predictions)):
+        ci = bootstrap_ci(S._balanced_accuracy, labels[rows], predicted.astype(int), groups=patients[rows].astype(str),
+                          n_resamples=1000, confidence=0.95, random_state=0)
+        row = by_default.table.set_index("scope").loc[scope]
+        assert (row["balanced_accuracy"], row["low"], row["high"]) == (ci.estimate, ci.low, ci.high)
+    # a forest draws from random_state too: the same seed repeats every number, folds included
+    runs = [S.shortcut_audit(X, labels, split, groups=patients, model="forest", n_resamples=50, n_repeats=2,
+                             random_state=3) for _ in range(2)]
+    pd.testing.assert_frame_equal(runs[0].table, runs[1].table)
+    pd.testing.assert_frame_equal(runs[0].importances, runs[1].importances)
+    assert np.array_equal(runs[0].folds, runs[1].folds) and runs[0].model == "forest"
+
+
+def test_shortcut_audit_names_the_argument_in_each_error():
+    rng, patients, split, labels = _synthetic(n_patients=60, seed=4)
+    X = rng.normal(size=(len(labels), 2))
+    run = dict(groups=patients, n_resamples=20, n_repeats=1)
+
+    def message(**changes):
+        args = {"properties_X": X, "labels": labels, "split": split, **run, **changes}
+        with pytest.raises(InputError) as error:
+            S.shortcut_audit(args.pop("properties_X"), args.pop("labels"), args.pop("split"), **args)
+        return str(error.value)
+
+    assert message(properties_X=np.r_[np.full((1, 2), np.nan), X[1:]]).startswith(
+        "properties_X has NaN or infinite values in 1 row(s) (first: [0]);")
+    assert message(labels=None) == "labels is required: pass the class of each row"
+    assert message(split=None) == "split is required: pass the split name of each row"
+    assert message(groups=None) == "groups is required: pass patient ids (groups=manifest['patient_id'])"
+    assert message(n_splits=1) == "n_splits must be an integer >= 2, got 1"
+    assert message(n_resamples=0) == "n_resamples must be an integer >= 1, got 0"
+    assert message(n_repeats=0) == "n_repeats must be an integer >= 1, got 0"
+    assert message(n_permutations=-1) == "n_permutations must be an integer >= 0, got -1"
+    keep = ~np.isin(patients, np.unique(patients[labels == 1])[3:])  # three patients of class 1 in all
+    n_pool_positive = len(set(patients[keep & (labels == 1) & (split != "test")]))
+    assert message(properties_X=X[keep], labels=labels[keep], split=split[keep], groups=patients[keep]) == (
+        f"shortcut audit (pool): class 1 has only {n_pool_positive} patient(s), fewer than n_splits=5; "
+        "pass a smaller n_splits (at least 2) or audit more images")
+    assert message(labels=np.where(split == "test", labels, 0)) == (
+        "the pool ['train', 'val'] holds a single class (0); balanced accuracy needs at least two classes in both "
+        "the pool and the test split")
+    three = np.where((split == "test") & (np.arange(len(labels)) < 8), 2, labels)
+    assert message(labels=three) == ("class(es) [2] occur in the 'test' split but never in the pool; a classifier "
+                                     "fitted on the pool cannot predict them")
+    # the smallest counts each check allows still run
+    smallest = S.shortcut_audit(X, labels, split, groups=patients, n_splits=2, n_resamples=1, n_repeats=1)
+    assert smallest.n_splits == 2 and sorted(set(smallest.folds[split != "test"].tolist())) == [0, 1]
+
+
 def test_results_are_deterministic():
     rng, patients, split, labels = _synthetic(seed=2)
     X = rng.normal(size=(len(split), 4))
