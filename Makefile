@@ -8,7 +8,7 @@ STAMP := $(VENV)/.crs-installed
 PRESET ?= default
 PYTEST_ARGS ?=
 # analysis modules that `make mutation` mutates (see [tool.mutmut] in pyproject.toml)
-MODULES ?= agreement neighbors ann recall similarity subgroups probes splits stats _resample metrics audit shortcut risk risk_results risk_needs risk_scores risk_multiclass risk_select risk_inputs risk_metrics transfer protocol checklist checklist_items
+MODULES ?= agreement neighbors ann recall similarity subgroups factors probes splits stats _resample metrics audit shortcut risk risk_results risk_needs risk_scores risk_multiclass risk_select risk_inputs risk_metrics transfer protocol checklist checklist_items
 # own: a mutant runs only its module's own tests (tests/conftest.py OWN_TESTS); all: every fast test reaching it
 SCOPE ?= own
 

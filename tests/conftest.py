@@ -87,6 +87,7 @@ OWN_TESTS: dict[str, tuple[str, ...]] = {
     "recall": ("agreement", "recall"),
     "similarity": ("agreement", "similarity"),
     "subgroups": ("agreement", "subgroups"),
+    "factors": ("agreement", "factors"),
     "probes": ("agreement", "audit", "risk", "transfer", "probes"),
     "splits": ("audit", "risk", "stats", "transfer", "splits"),
     "shortcut": ("audit", "shortcut"),
