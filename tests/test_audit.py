@@ -341,6 +341,24 @@ def test_shortcut_audit_defaults_seeds_and_grouped_intervals_are_what_it_documen
                           n_resamples=1000, confidence=0.95, random_state=0)
         row = by_default.table.set_index("scope").loc[scope]
         assert (row["balanced_accuracy"], row["low"], row["high"]) == (ci.estimate, ci.low, ci.high)
+    # ... and follow n_resamples, confidence and random_state when they are not the defaults
+    narrow = S.shortcut_audit(X, labels, split, groups=patients, n_resamples=200, confidence=0.8, random_state=5,
+                              n_repeats=1)
+    test_ci = bootstrap_ci(S._balanced_accuracy, labels[in_test], narrow.test_predictions.astype(int),
+                           groups=patients[in_test].astype(str), n_resamples=200, confidence=0.8, random_state=5)
+    row = narrow.table.set_index("scope").loc["test"]
+    assert (row["low"], row["high"]) == (test_ci.low, test_ci.high)
+    assert row["high"] - row["low"] < by_default.table.set_index("scope").loc["test", "high"] - \
+        by_default.table.set_index("scope").loc["test", "low"]
+    # each scope counts its own images and patients; chance is one over the number of classes
+    counts = by_default.table.set_index("scope")[["chance", "n_images", "n_patients"]]
+    assert counts.loc["pool"].tolist() == [0.5, in_pool.sum(), len(set(patients[in_pool]))]
+    assert counts.loc["test"].tolist() == [0.5, in_test.sum(), len(set(patients[in_test]))]
+    assert by_default.null.dtype == np.float64
+    # the permutation null draws from random_state as well
+    nulls = [S.shortcut_audit(X, labels, split, groups=patients, n_permutations=2, n_resamples=20, n_repeats=1,
+                              random_state=7).null for _ in range(2)]
+    assert nulls[0].shape == (2, 2) and np.array_equal(nulls[0], nulls[1]) and np.isfinite(nulls[0]).all()
     # a forest draws from random_state too: the same seed repeats every number, folds included
     runs = [S.shortcut_audit(X, labels, split, groups=patients, model="forest", n_resamples=50, n_repeats=2,
                              random_state=3) for _ in range(2)]
