@@ -1071,6 +1071,53 @@ def test_factor_pairs_keep_exactly_the_pairs_that_differ_in_one_factor():
         factor_pairs(A, info.drop(columns="name"))
 
 
+def test_factor_pairs_cover_every_default_factor_and_read_the_overlap_from_row_a_column_b():
+    from crslib.factors import FACTORS, factor_pairs, factor_table
+
+    assert FACTORS == ("objective", "seed", "architecture", "init", "patients", "recipe")
+    base = {"objective": "sup", "seed": 0, "architecture": "small", "init": "random", "patients": "half0",
+            "recipe": "base"}
+    changed = {f: v for f, v in zip(FACTORS, ("con", 1, "wide", "imagenet", "half1", "long"))}
+    rows = [{"name": "ref", **base}, {"name": "twin", **base}]  # the twin differs in no factor: not a pair
+    rows += [{"name": f"other_{f}", **{**base, f: v}} for f, v in changed.items()]
+    info = pd.DataFrame(rows)
+    names = info["name"].tolist()
+    A = pd.DataFrame(np.arange(len(names) ** 2, dtype=float).reshape(len(names), -1) / 100, index=names,
+                     columns=names)  # not symmetric: the overlap is read at (model_a, model_b)
+    pairs = factor_pairs(A, info)
+    assert pairs["factor"].tolist() == list(FACTORS) * 2  # the matrix's order: ref's pairs, then the twin's
+    for f in FACTORS:
+        for first in ("ref", "twin"):
+            row = pairs[(pairs["factor"] == f) & (pairs["model_a"] == first)].iloc[0]
+            assert (row["model_b"], row["value_a"], row["value_b"]) == (f"other_{f}", base[f], changed[f])
+            assert row["overlap"] == A.loc[first, f"other_{f}"]
+    assert len(pairs) == 2 * len(FACTORS)
+    assert factor_table(pairs)["factor"].tolist() == list(FACTORS)
+    assert factor_table(pairs, factors=["recipe", "seed"])["factor"].tolist() == ["recipe", "seed"]
+
+
+def test_factor_errors_read_whole():
+    from crslib.factors import factor_pairs, factor_table
+
+    info = _factor_info()
+    A = pd.DataFrame(np.eye(7), index=info["name"], columns=info["name"])
+    cases = [
+        (lambda: factor_pairs(A, info, factors=()),
+         "factor_pairs needs at least one factor, e.g. ('objective', 'seed')"),
+        (lambda: factor_pairs(A, info.drop(columns="name")),
+         "model_info needs a 'name' column naming the models of the agreement matrix"),
+        (lambda: factor_pairs(A, pd.concat([info, info.iloc[[2, 0]]])),
+         "model_info lists model(s) ['con0', 'sup0'] more than once"),
+        (lambda: factor_pairs(A, info.iloc[2:]), "model_info has no row for model(s) ['sup0', 'sup1']"),
+        (lambda: factor_table(pd.DataFrame({"model_a": ["a"]})),
+         "pairs lacks column(s) ['factor', 'overlap']; pass the result of factor_pairs"),
+    ]
+    for call, expected in cases:
+        with pytest.raises(InputError) as error:
+            call()
+        assert str(error.value) == expected
+
+
 def test_factor_table_on_real_embeddings_finds_the_injected_factor():
     from crslib.factors import factor_pairs, factor_table
 
