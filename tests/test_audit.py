@@ -367,6 +367,56 @@ def test_shortcut_audit_defaults_seeds_and_grouped_intervals_are_what_it_documen
     assert np.array_equal(runs[0].folds, runs[1].folds) and runs[0].model == "forest"
 
 
+def test_shortcut_audit_permutation_null_reruns_the_pool_cross_validation_on_patient_shuffled_labels():
+    """A known answer: permutation b shuffles pool then test labels between patients (one generator seeded with
+    random_state), reruns the pool's grouped cross-validation with fold seed random_state + 1 + b, and scores the
+    test split's shuffled labels against the fixed pool-fit predictions."""
+    from crslib.probes import out_of_fold_proba
+    from crslib.splits import grouped_folds
+    from crslib.stats import group_permuter
+
+    rng, patients, split, labels = _synthetic(n_patients=60, seed=4)
+    X = np.c_[labels + rng.normal(scale=1.5, size=len(labels)), rng.normal(size=len(labels))]
+    result = S.shortcut_audit(X, labels, split, groups=patients, n_permutations=3, n_resamples=20, n_repeats=1,
+                              random_state=2)
+    in_pool, in_test = np.isin(split, ["train", "val"]), split == "test"
+    g = np.array([str(v) for v in patients], dtype=object)
+    pool_patients, test_patients = g[in_pool], g[in_test]
+    permute_pool, permute_test = group_permuter(pool_patients), group_permuter(test_patients)
+    draw = np.random.default_rng(2)
+    expected = np.empty((3, 2))
+    for b in range(3):
+        shuffled = permute_pool(labels[in_pool], draw)
+        folds = grouped_folds(shuffled, pool_patients, 5, 2 + 1 + b, "check")
+        proba = out_of_fold_proba("logistic", X[in_pool], shuffled, folds, 2, 2)[0]
+        expected[b, 0] = S._balanced_accuracy(shuffled, np.argmax(proba, axis=1))
+        expected[b, 1] = S._balanced_accuracy(permute_test(labels[in_test], draw),
+                                              result.test_predictions.astype(int))
+    np.testing.assert_array_equal(result.null, expected)
+
+
+def test_shortcut_audit_says_when_a_permutation_fold_loses_a_class(monkeypatch):
+    """Shuffled labels keep each class's patient count, but their folds can still leave a class out of training:
+    the error then names the permutation step, not the pool's cross-validation."""
+    import crslib.splits as splits
+
+    assign, calls = splits.stratified_group_kfold, []
+
+    def all_of_class_one_in_fold_zero_after_the_pool(y, groups, n_splits, random_state):
+        calls.append(random_state)
+        folds = assign(y, groups, n_splits, random_state)
+        return folds if len(calls) == 1 else np.where(np.asarray(y) == 1, 0, folds)
+
+    monkeypatch.setattr(splits, "stratified_group_kfold", all_of_class_one_in_fold_zero_after_the_pool)
+    rng, patients, split, labels = _synthetic(n_patients=60, seed=4)
+    with pytest.raises(InputError) as error:
+        S.shortcut_audit(rng.normal(size=(len(labels), 2)), labels, split, groups=patients, n_permutations=1,
+                         n_resamples=5, n_repeats=1)
+    assert str(error.value) == ("shortcut audit (permutation): fold 0 leaves a class out of its training rows "
+                                "(too few patients per class); pass a smaller n_splits")
+    assert calls == [0, 1]  # the pool's folds, then permutation 0's
+
+
 def test_shortcut_audit_names_the_argument_in_each_error():
     rng, patients, split, labels = _synthetic(n_patients=60, seed=4)
     X = rng.normal(size=(len(labels), 2))
