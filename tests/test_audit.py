@@ -361,8 +361,9 @@ def test_shortcut_audit_defaults_seeds_and_grouped_intervals_are_what_it_documen
     assert nulls[0].shape == (2, 2) and np.array_equal(nulls[0], nulls[1]) and np.isfinite(nulls[0]).all()
     # a forest draws from random_state too: the same seed repeats every number, folds included
     runs = [S.shortcut_audit(X, labels, split, groups=patients, model="forest", n_resamples=50, n_repeats=2,
-                             random_state=3) for _ in range(2)]
+                             n_permutations=2, random_state=3) for _ in range(2)]
     pd.testing.assert_frame_equal(runs[0].table, runs[1].table)
+    np.testing.assert_array_equal(runs[0].null, runs[1].null)
     pd.testing.assert_frame_equal(runs[0].importances, runs[1].importances)
     assert np.array_equal(runs[0].folds, runs[1].folds) and runs[0].model == "forest"
 
