@@ -394,6 +394,14 @@ def test_shortcut_audit_permutation_null_reruns_the_pool_cross_validation_on_pat
         expected[b, 1] = S._balanced_accuracy(permute_test(labels[in_test], draw),
                                               result.test_predictions.astype(int))
     np.testing.assert_array_equal(result.null, expected)
+    # the null's central range follows confidence
+    narrow = S.shortcut_audit(X, labels, split, groups=patients, n_permutations=3, n_resamples=20, n_repeats=1,
+                              random_state=2, confidence=0.5).table.set_index("scope")
+    for j, scope in enumerate(("pool", "test")):
+        summary = S.permutation_summary(narrow.loc[scope, "balanced_accuracy"], expected[:, j], confidence=0.5)
+        assert (narrow.loc[scope, "null_low"], narrow.loc[scope, "null_high"]) == (summary["null_low"],
+                                                                                   summary["null_high"])
+        assert summary["null_high"] - summary["null_low"] < np.ptp(expected[:, j])
 
 
 def test_shortcut_audit_says_when_a_permutation_fold_loses_a_class(monkeypatch):
@@ -416,6 +424,28 @@ def test_shortcut_audit_says_when_a_permutation_fold_loses_a_class(monkeypatch):
     assert str(error.value) == ("shortcut audit (permutation): fold 0 leaves a class out of its training rows "
                                 "(too few patients per class); pass a smaller n_splits")
     assert calls == [0, 1]  # the pool's folds, then permutation 0's
+
+
+def test_shortcut_audit_orders_importances_by_drop_then_alone_score_then_name():
+    """A classifier that reads only the first column: every other property has importance exactly 0, so the
+    alone score breaks the tie (higher first), then the name (constant properties have no alone score)."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    rng, patients, split, labels = _synthetic(n_patients=60, seed=4)
+    n = len(labels)
+    X = np.c_[labels + rng.normal(scale=0.5, size=n), rng.normal(size=n), labels + rng.normal(scale=1.0, size=n),
+              np.ones(n), np.ones(n)]
+    first_column_only = make_pipeline(ColumnTransformer([("first", "passthrough", [0])]), LogisticRegression())
+    result = S.shortcut_audit(X, labels, split, groups=patients, model=first_column_only, n_resamples=20,
+                              n_repeats=2)
+    table = result.importances
+    assert table.columns.tolist() == ["feature", "importance_mean", "importance_std", "alone"]
+    assert table.index.tolist() == [0, 1, 2, 3, 4]
+    assert table["feature"].tolist() == ["x0", "x2", "x1", "x3", "x4"]
+    assert table["importance_mean"].iloc[0] > 0 and (table["importance_mean"].iloc[1:] == 0).all()
+    assert table["alone"].iloc[1] > table["alone"].iloc[2] and table["alone"].iloc[3:].isna().all()
 
 
 def test_shortcut_audit_names_the_argument_in_each_error():
