@@ -482,6 +482,7 @@ def test_shortcut_audit_names_the_argument_in_each_error():
     # the smallest counts each check allows still run
     smallest = S.shortcut_audit(X, labels, split, groups=patients, n_splits=2, n_resamples=1, n_repeats=1)
     assert smallest.n_splits == 2 and sorted(set(smallest.folds[split != "test"].tolist())) == [0, 1]
+    assert smallest.n_repeats == 1 and (smallest.folds[split == "test"] == -1).all()  # test rows are in no fold
 
 
 def test_results_are_deterministic():
