@@ -483,6 +483,12 @@ def test_shortcut_audit_names_the_argument_in_each_error():
     smallest = S.shortcut_audit(X, labels, split, groups=patients, n_splits=2, n_resamples=1, n_repeats=1)
     assert smallest.n_splits == 2 and sorted(set(smallest.folds[split != "test"].tolist())) == [0, 1]
     assert smallest.n_repeats == 1 and (smallest.folds[split == "test"] == -1).all()  # test rows are in no fold
+    # predictions are the label values themselves, as classes lists them (text labels stay Python str)
+    named = S.shortcut_audit(X, np.where(labels == 1, "pneumonia", "normal").astype(object), split, groups=patients,
+                             n_resamples=1, n_repeats=1, n_permutations=2)
+    assert named.classes == ["normal", "pneumonia"] and named.n_permutations == 2 and named.null.shape == (2, 2)
+    for predicted in (named.pool_predictions, named.test_predictions):
+        assert {type(v) for v in predicted} == {str} and set(predicted) <= {"normal", "pneumonia"}
 
 
 def test_results_are_deterministic():
