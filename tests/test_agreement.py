@@ -1094,6 +1094,16 @@ def test_factor_pairs_cover_every_default_factor_and_read_the_overlap_from_row_a
     assert len(pairs) == 2 * len(FACTORS)
     assert factor_table(pairs)["factor"].tolist() == list(FACTORS)
     assert factor_table(pairs, factors=["recipe", "seed"])["factor"].tolist() == ["recipe", "seed"]
+    # a model with an unknown factor, listed second, is skipped without ending the search for later pairs
+    unknown = pd.concat([info.iloc[:1], pd.DataFrame([{"name": "public", **base, "seed": None}]), info.iloc[1:]],
+                        ignore_index=True)
+    names = unknown["name"].tolist()
+    B = pd.DataFrame(np.full((len(names), len(names)), 0.5), index=names, columns=names)
+    assert len(factor_pairs(B, unknown)) == 2 * len(FACTORS)
+    # no pair: the columns are still there
+    alone = factor_pairs(B.iloc[:2, :2], unknown.iloc[:2])
+    assert alone.empty and alone.columns.tolist() == ["model_a", "model_b", "factor", "value_a", "value_b", "overlap"]
+    assert factor_table(alone).columns.tolist() == ["factor", "n_pairs", "mean", "min", "max"]
 
 
 def test_factor_errors_read_whole():
