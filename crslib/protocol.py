@@ -424,8 +424,7 @@ def protocol_grid(
         prevalence = _training_prevalence(y, splits, fit)
         y_ev, p_ev = y[ev], p[ev]
         g_ev = model["patient_id"].to_numpy()[ev]
-        draws = list(resample_indices(int(ev.sum()), n_resamples=n_resamples, groups=g_ev,
-                                      strata=None, random_state=random_state))
+        draws = list(resample_indices(int(ev.sum()), n_resamples=n_resamples, groups=g_ev, random_state=random_state))
         free = {m: np.array([metric_score(y_ev[i], p_ev[i], metric=m) for i in draws])
                 for m in metrics if m in ("auroc", "auprc")}
         for rule in rules:
@@ -435,9 +434,8 @@ def protocol_grid(
                     samples = free[metric]
                 else:
                     samples = np.array([metric_score(y_ev[i], p_ev[i], metric=metric, threshold=t) for i in draws])
-                with np.errstate(all="ignore"):
-                    low, high = (np.nanpercentile(samples, [100 * alpha, 100 * (1 - alpha)])
-                                 if np.isfinite(samples).any() else (np.nan, np.nan))
+                low, high = (np.nanpercentile(samples, [100 * alpha, 100 * (1 - alpha)])
+                             if np.isfinite(samples).any() else (np.nan, np.nan))  # all NaN: no interval, no warning
                 rows.append({
                     "backbone": backbone, "policy": policy, "seed": seed, "rule": rule, "threshold": t,
                     "prevalence": prevalence if rule == "prevalence" else np.nan, "metric": metric,
@@ -685,7 +683,7 @@ def repeated_partitions(
             raise DataError(
                 f"partition {i} has a single class in one part; use more patients or a smaller n_partitions"
             )
-        prob, _ = linear_probe(X, y, split.astype(str), groups=groups, Cs=(1.0,))
+        prob, _ = linear_probe(X, y, split.astype(str), Cs=(1.0,))  # one C: no inner CV, so no groups to keep apart
         t = fit_threshold(y[va], prob[va], rule=rule, prevalence=float(y[tr].mean()))
         rows.append({"partition": i, "auroc": metric_score(y[te], prob[te], metric="auroc"),
                      "balanced_accuracy": metric_score(y[te], prob[te], metric="balanced_accuracy", threshold=t),

@@ -747,3 +747,150 @@ def test_protocol_tools_refuse_a_multiclass_label_naming_its_classes():
     # a missing label is not counted as a class
     with pytest.raises(InputError, match="has 3 classes"):
         protocol.linear_probe(X, np.tile(["a", "b", "c", None], 25), ["train"] * 80 + ["test"] * 20)
+
+
+_BINARY_ADVICE = ("the protocol tools are binary: map it to 0 (negative) and 1 (positive), e.g. one class "
+                  "against the rest")
+
+
+def test_multiclass_refusal_reads_whole_naming_up_to_five_classes_sorted_by_their_text():
+    X = np.random.default_rng(0).normal(size=(120, 3))
+    split = ["train"] * 100 + ["test"] * 20
+    # a plain list of mixed values: the integers stay integers in the message, sorted with the text by its text
+    mixed = [0, 1, 2, "x", "y"] * 24
+    five = f"has 5 classes (0, 1, 2, 'x', 'y'); {_BINARY_ADVICE}"
+    assert _message(protocol.linear_probe, X, mixed, split) == f"y {five}"
+    assert _message(protocol.repeated_partitions, X, mixed, groups=np.arange(120)) == f"y {five}"
+    # six integer classes: the first five by their text (10 before 5), then an ellipsis
+    six = np.repeat([5, 6, 7, 8, 9, 10], 20)
+    shown = f"has 6 classes (10, 5, 6, 7, 8, ...); {_BINARY_ADVICE}"
+    assert _message(protocol.linear_probe, X, six, split) == f"y {shown}"
+    assert _message(protocol.repeated_partitions, X, six, groups=np.arange(120)) == f"y {shown}"
+    assert _message(protocol.protocol_splits, np.array(["train"] * 80 + ["val"] * 20 + ["test"] * 20), six,
+                    groups=np.arange(120)) == f"labels {shown}"
+
+
+def test_grid_and_transfers_aim_the_prevalence_rule_at_the_fitting_rows_when_there_are_no_train_rows():
+    rng = np.random.default_rng(4)
+    y = np.r_[np.repeat([1, 0], [30, 70]), np.repeat([1, 0], [70, 30])]  # val 30 % positive, test 70 %
+    prob = np.clip(0.35 + 0.3 * y + rng.normal(0, 0.15, 200), 0.01, 0.99)
+    preds = pd.DataFrame({"backbone": "b", "policy": "frozen", "seed": 0, "image_id": np.arange(200).astype(str),
+                          "patient_id": np.arange(200), "split": ["val"] * 100 + ["test"] * 100,
+                          "y_true": y, "prob": prob})
+    expected = metrics.fit_threshold(y[:100], prob[:100], rule="prevalence", prevalence=0.3)
+    grid = protocol.protocol_grid(preds, rules=["prevalence"], metrics=["balanced_accuracy"], n_resamples=20)
+    assert grid["prevalence"].tolist() == [pytest.approx(0.3)]
+    assert grid["threshold"].tolist() == [pytest.approx(expected)]
+    table = protocol.validation_to_test(preds, what="threshold")
+    row = table[table["rule"] == "prevalence"].iloc[0]
+    assert row["prevalence"] == pytest.approx(0.3) and row["threshold"] == pytest.approx(expected)
+
+
+def test_grid_and_transfers_list_models_sorted_whatever_the_row_order():
+    preds = _predictions(np.random.default_rng(5), backbones=("b", "a"), seeds=(1, 0))
+    order = [("a", "finetuned", 0), ("a", "finetuned", 1), ("a", "frozen", 0), ("a", "frozen", 1),
+             ("b", "finetuned", 0), ("b", "finetuned", 1), ("b", "frozen", 0), ("b", "frozen", 1)]
+    grid = protocol.protocol_grid(preds, rules=["youden"], metrics=["auroc"], n_resamples=10)
+    assert list(zip(grid.backbone, grid.policy, grid.seed)) == order
+    table = protocol.validation_to_test(preds, what="calibration")
+    assert list(dict.fromkeys(zip(table.backbone, table.policy, table.seed))) == order
+
+
+def test_grid_defaults_to_1000_resamples_and_names_the_model_and_the_choices_in_its_errors():
+    preds = _predictions(np.random.default_rng(6), backbones=("a",))
+    one = preds[preds.policy == "frozen"]
+    kwargs = {"rules": ["youden"], "metrics": ["balanced_accuracy"]}
+    pd.testing.assert_frame_equal(protocol.protocol_grid(one, **kwargs),
+                                  protocol.protocol_grid(one, n_resamples=1000, **kwargs))
+    assert not protocol.protocol_grid(one, **kwargs).equals(protocol.protocol_grid(one, n_resamples=999, **kwargs))
+    assert _message(protocol.protocol_grid, one, rules=["magic"]) == (
+        f"unknown threshold rule(s) ['magic']; use {', '.join(metrics.THRESHOLD_RULES)}")
+    assert _message(protocol.protocol_grid, one, metrics=["speed"]) == (
+        f"unknown metric(s) ['speed']; use {', '.join(metrics.METRICS)}")
+    assert _message(protocol.protocol_grid, one[one.split != "val"], **kwargs) == (
+        "y_true and probabilities of a / frozen / seed 0 on 'val' are empty: there are no cases to evaluate")
+
+
+def test_linear_probe_fits_to_convergence_and_caps_inner_folds_at_patients_and_minority_count(monkeypatch):
+    import warnings
+
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    # nearly collinear features and a large C: scikit-learn's default 100 iterations stop far from the optimum
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(100, 2))
+    y = (z[:, 0] + rng.normal(size=100) > 0).astype(int)
+    X = z @ rng.normal(size=(2, 400)) + 0.01 * rng.normal(size=(100, 400))
+    prob, _ = protocol.linear_probe(X, y, ["train"] * 100, Cs=(1e4,))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        converged = make_pipeline(StandardScaler(), LogisticRegression(C=1e4, max_iter=100_000)).fit(X, y)
+    np.testing.assert_allclose(prob, converged.predict_proba(X)[:, 1], atol=1e-3)
+
+    # three training patients: five inner folds cannot be drawn, three are (the same as asking for three)
+    rng = np.random.default_rng(1)
+    y = np.tile([0, 1], 60)
+    X = rng.normal(size=(120, 4)) + 0.7 * y[:, None]
+    groups = np.repeat([0, 1, 2, 3], 30)
+    split = np.where(groups < 3, "train", "test")
+    five = protocol.linear_probe(X, y, split, groups=groups, n_splits=5)
+    three = protocol.linear_probe(X, y, split, groups=groups, n_splits=3)
+    np.testing.assert_array_equal(five[0], three[0])
+    assert five[1] == three[1]
+
+    # two positives among the training rows: the inner CV still runs, on two folds
+    import sklearn.model_selection
+
+    drawn = []
+    real = sklearn.model_selection.StratifiedGroupKFold
+
+    def recording(n_splits, **kwargs):
+        drawn.append(n_splits)
+        return real(n_splits=n_splits, **kwargs)
+
+    monkeypatch.setattr(sklearn.model_selection, "StratifiedGroupKFold", recording)
+    y = np.r_[np.zeros(40, int), [1, 1], np.tile([0, 1], 10)]
+    X = rng.normal(size=(62, 3)) + y[:, None]
+    protocol.linear_probe(X, y, ["train"] * 42 + ["test"] * 20)
+    assert drawn == [2]
+
+
+def test_checklist_evidence_names_the_table_that_lacks_the_reported_model():
+    preds, grid, effects, calibration, transfers, parts, reported = _evidence_inputs()
+    where = "{'backbone': 'b', 'policy': 'finetuned', 'seed': 1}"
+    kwargs = dict(predictions=preds, calibration=calibration, transfers=transfers, partitions=parts,
+                  reported=reported, calibration_method="platt", finetune_epochs=3, provenance="official",
+                  n_resamples=50)
+    assert _message(protocol.checklist_evidence, grid, effects, **{**kwargs, "calibration": calibration[
+        calibration.seed != 1]}) == f"calibration has no rows for the reported model {where}"
+    assert _message(protocol.checklist_evidence, grid, effects, **{**kwargs, "transfers": transfers[
+        transfers.seed != 1]}) == (
+        f"transfers has no rows for the reported model {where[:-1]}, 'rule': 'youden'}}")
+
+
+def test_grid_table_checks_read_whole_and_a_split_without_a_class_is_named_by_its_own_count():
+    preds = _predictions(np.random.default_rng(7), backbones=("a",))
+    assert _message(protocol.protocol_grid, preds.drop(columns=["split", "patient_id"])) == (
+        f"predictions lack column(s) patient_id, split; need {', '.join(protocol.PREDICTION_COLUMNS)}")
+    # the whole table is checked without asking for both classes: the first model's validation rows are
+    n_val = int((preds[(preds.policy == "finetuned")].split == "val").sum())
+    assert _message(protocol.protocol_grid, preds.assign(y_true=1)) == (
+        f"y_true holds only the positive (1) class ({n_val} cases); a split needs both classes to compute these "
+        "metrics, so use a larger or stratified split")
+
+
+def test_grid_interval_is_nan_without_a_warning_when_no_resample_can_be_scored():
+    import warnings
+
+    # two test patients; the one resample (seed 0) draws the positive patient twice: no AUROC to take
+    preds = pd.DataFrame({"backbone": "a", "policy": "frozen", "seed": 0, "image_id": [str(i) for i in range(22)],
+                          "patient_id": np.arange(22), "split": ["val"] * 20 + ["test"] * 2,
+                          "y_true": np.r_[np.tile([0, 1], 10), [0, 1]],
+                          "prob": np.r_[np.tile([0.3, 0.7], 10), [0.4, 0.6]]})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        grid = protocol.protocol_grid(preds, rules=["youden"], metrics=["auroc"], n_resamples=1, random_state=0)
+    cell = grid.iloc[0]
+    assert cell["value"] == 1.0 and np.isnan(cell["low"]) and np.isnan(cell["high"])
