@@ -364,3 +364,57 @@ def test_mantel_sampled_null_is_every_drawn_relabelling_across_chunks():
     assert res.r == pytest.approx(stats.pairwise_spearman(A, B))
     assert res.p_value == pytest.approx((1 + np.sum(null >= res.r - 1e-12)) / 2101)
     assert 1 / 2101 < res.p_value < 1  # neither extreme: the check sees the null's values
+
+
+def test_group_permuter_keeps_a_group_without_a_same_size_partner_in_place():
+    from crslib.stats import group_permuter
+
+    # sizes 1, 1, 2, 2 and a lone group of 3: the lone group cannot trade with anyone
+    groups = np.array(["s1", "s2", "p1", "p1", "p2", "p2", "t", "t", "t"])
+    values = np.arange(9) * 10
+    permute = group_permuter(groups)
+    rng = np.random.default_rng(1)
+    drawn = set()
+    for _ in range(50):
+        out = permute(values, rng)
+        np.testing.assert_array_equal(out[6:], [60, 70, 80])
+        assert set(out[:2]) == {0, 10} and sorted([tuple(out[2:4]), tuple(out[4:6])]) == [(20, 30), (40, 50)]
+        drawn.add(tuple(out[:6]))
+    assert len(drawn) == 4  # both singles and both pairs are exchanged
+
+
+def test_group_permuter_refuses_a_nan_among_text_group_ids():
+    from crslib.stats import group_permuter
+
+    with pytest.raises(InputError, match=r"^groups has 1 missing value\(s\) \(NaN or None\)"):
+        group_permuter(["a", "a", np.nan, "b"])  # as text it would read "nan", one more patient
+
+
+def test_percentile_interval_counts_a_none_statistic_as_invalid():
+    from crslib.stats import percentile_interval
+
+    low, high, n_invalid = percentile_interval([0.0, None, 10.0], 0.5)
+    assert (float(low), float(high), int(n_invalid)) == (2.5, 7.5, 1)
+
+
+def test_permutation_p_value_counts_a_null_value_within_1e_12_below_as_a_tie():
+    from crslib.stats import permutation_p_value
+
+    assert permutation_p_value(1.0, np.array([1.0 - 1e-12])) == 1.0
+    assert permutation_p_value(1.0, np.array([1.0 - 1e-11])) == 0.5
+
+
+def test_auroc_label_errors_read_whole():
+    from crslib.stats import auroc
+
+    assert _stats_message(auroc, ["yes", "no"], [0.2, 0.8]) == (
+        "y_true must hold 0/1 (or bool) labels; map them to 0 (negative) and 1 (positive)")
+    assert _stats_message(auroc, [0, 1, 5, 4, 3, 2], np.linspace(0, 1, 6)) == (
+        "y_true must hold 0/1 (or bool) labels, but 4 labels are not (e.g. [2, 3, 4]); map them to 0 (negative) "
+        "and 1 (positive)")
+
+
+def _stats_message(fn, *args, **kwargs) -> str:
+    with pytest.raises(InputError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
