@@ -246,3 +246,50 @@ def test_transfer_results_copy_and_serialise():
         sweep.n_pool, sweep.n_train, sweep.n_test)
     assert [row["n_map"] for row in d["table"]] == sweep.table["n_map"].tolist()
     assert len(d["table"]) == 2 * len(labels.columns)
+
+
+def test_procrustes_scale_is_fitted_on_embeddings_of_any_magnitude():
+    rng = np.random.default_rng(3)
+    X = 0.01 * rng.normal(size=(30, 3))  # a sum of squares far below 1
+    Q, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    m = tr.fit_linear_map(X, 0.5 * X @ Q, method="procrustes")
+    assert m.scale_ == pytest.approx(0.5)
+    np.testing.assert_allclose(m.predict(X), 0.5 * X @ Q, atol=1e-12)
+
+
+def test_ridge_logs_only_an_alpha_at_the_edge_of_the_grid(caplog):
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 40))
+    with caplog.at_level("INFO", logger="crslib.transfer"):
+        assert tr.fit_linear_map(X, rng.normal(size=(60, 2))).alpha_ == 1000.0  # pure noise: the largest
+    assert [r.getMessage() for r in caplog.records] == [
+        "ridge alpha 1e+03 chosen at the edge of the grid; consider widening alphas"]
+    caplog.clear()
+    rng = np.random.default_rng(1)
+    X = rng.normal(size=(60, 40))
+    with caplog.at_level("INFO", logger="crslib.transfer"):
+        assert tr.fit_linear_map(X, X[:, :1] + 0.3 * rng.normal(size=(60, 1))).alpha_ == pytest.approx(10 ** 0.5)
+    assert caplog.records == []
+
+
+def test_shared_patients_message_reads_whole_with_three_examples():
+    rng, old, labels = _data(n=300)
+    mp, trn, tst = _split(300)
+    patients = np.arange(300)
+    patients[tst[:4]] = patients[trn[:4]]  # four patients in train and test
+    shared = sorted(patients[trn[:4]].tolist())
+    with pytest.raises(InputError) as info:
+        tr.classifier_transfer(old, old, labels, map_idx=mp, train_idx=trn, test_idx=tst, groups=patients)
+    assert str(info.value) == (f"train_idx and test_idx share 4 patient(s) (e.g. {shared[:3]}); split by patient "
+                               "so that no patient is in two parts")
+
+
+def test_transfer_targets_default_needs_five_patients_per_class():
+    five = pd.DataFrame({"patient_id": [f"p{i}" for i in range(10)], "label": ["a", "b"] * 5})
+    assert list(tr.transfer_targets(five)[0]) == ["label=b"]
+    four = five.iloc[:8]
+    assert tr.transfer_targets(four)[1] == {
+        "label": "`label` needs at least 5 patients of each of its two classes; it has a: 4, b: 4"}
+    with pytest.raises(InputError) as info:
+        tr.transfer_targets([1, 2])
+    assert str(info.value) == "manifest must be a DataFrame, got list"
