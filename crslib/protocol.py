@@ -44,7 +44,7 @@ from crslib.metrics import (
     threshold_transfer,
 )
 from crslib.splits import grouped_partition
-from crslib.stats import resample_indices
+from crslib.stats import percentile_interval, resample_indices
 
 log = logging.getLogger(__name__)
 
@@ -411,7 +411,6 @@ def protocol_grid(
     unknown_metrics = [m for m in metrics if m not in METRICS]
     if unknown_metrics:
         raise InputError(f"unknown metric(s) {unknown_metrics}; use {', '.join(METRICS)}")
-    alpha = (1.0 - confidence) / 2.0
     rows: list[dict[str, Any]] = []
     for (backbone, policy, seed), model in predictions.groupby(["backbone", "policy", "seed"], sort=True):
         splits = model["split"].astype(str).to_numpy()
@@ -434,8 +433,7 @@ def protocol_grid(
                     samples = free[metric]
                 else:
                     samples = np.array([metric_score(y_ev[i], p_ev[i], metric=metric, threshold=t) for i in draws])
-                low, high = (np.nanpercentile(samples, [100 * alpha, 100 * (1 - alpha)])
-                             if np.isfinite(samples).any() else (np.nan, np.nan))  # all NaN: no interval, no warning
+                low, high, _ = percentile_interval(samples, confidence)
                 rows.append({
                     "backbone": backbone, "policy": policy, "seed": seed, "rule": rule, "threshold": t,
                     "prevalence": prevalence if rule == "prevalence" else np.nan, "metric": metric,
