@@ -43,15 +43,26 @@ def _command() -> str:
     return " ".join(["python", script.as_posix(), *sys.argv[1:]])
 
 
+def _gpu() -> str:
+    """The CUDA GPU a benchmark could use, or "" (torch is only asked if the script imported it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return ""
+    return torch.cuda.get_device_name(0)
+
+
 def machine() -> dict:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return {
+    info = {
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "processor": platform.machine(),
         "python": platform.python_version(),
         "load_average_1min": round(load, 2),
     }
+    if _gpu():
+        info["gpu"] = _gpu()
+    return info
 
 
 def row(measure: str, value: str, target: str = "", passed: bool | None = None, note: str = "") -> dict:

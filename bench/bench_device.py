@@ -10,12 +10,17 @@ CPU against a CUDA GPU, with the checks that make the GPU path trustworthy.
 (b) exact search: N x d random float32 embeddings, k=10, cosine, on the CPU
     (faiss) and on CUDA (torch matmul + top-k, then the same float64
     re-scoring and tie rule): the time ratio, and whether the neighbour
-    lists are identical (they must be).
+    lists are identical (they must be);
+(c) fine-tuning: ``finetune_classifier`` (chapter 04's fine-tuned policy)
+    of the same network on the phantom, 3 epochs, on the CPU and on CUDA:
+    the time ratio, the largest difference in predicted probability, and
+    the test AUROC of each (a GPU's rounding, amplified by training, moves
+    the probabilities; the AUROCs say by how much it matters).
 
 Without a GPU the CUDA columns are skipped with a line that says so, and the
 CPU figures are still measured. Run::
 
-    python bench/bench_device.py [--images 1024] [--search-n 20000] [--dim 512]
+    python bench/bench_device.py [--images 1024] [--search-n 20000] [--dim 512] [--patients 600]
 """
 
 from __future__ import annotations
@@ -33,8 +38,10 @@ import crslib  # noqa: E402,F401  (before torch/timm)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from crslib.data import load_data  # noqa: E402
 from crslib.embed import extract_embeddings  # noqa: E402
-from crslib.models import load_encoder  # noqa: E402
+from crslib.models import finetune_classifier, load_encoder  # noqa: E402
+from crslib.stats import auroc  # noqa: E402
 from crslib.neighbors import knn_indices  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -112,17 +119,52 @@ def bench_search(n: int, d: int, gpu: bool) -> list[dict]:
     return rows
 
 
+def bench_finetune(n_patients: int, gpu: bool) -> list[dict]:
+    manifest = load_data(f"phantom?patients={n_patients}&size=64&seed=0")
+    test = manifest["split"].to_numpy() == "test"
+
+    def tune(device: str):
+        with tempfile.TemporaryDirectory() as cache:  # a cached result from either device would be reused
+            return _timed(lambda: finetune_classifier(manifest, SPEC, epochs=3, cache_root=cache,
+                                                      progress=False, device=device))
+
+    def test_auroc(out) -> float:
+        return auroc(out["y_true"].to_numpy()[test], out["prob"].to_numpy()[test])
+
+    label = f"fine-tuning {SPEC}, 3 epochs, {int((manifest['split'] == 'train').sum())} training images"
+    cpu, t_cpu = tune("cpu")
+    print(f"{label} on the CPU: {t_cpu:.1f} s, test AUROC {test_auroc(cpu):.3f}")
+    rows = [row(f"{label}, CPU", f"{t_cpu:.1f} s", note=f"test AUROC {test_auroc(cpu):.3f}")]
+    if not gpu:
+        print("fine-tuning on CUDA: skipped, torch sees no CUDA GPU on this machine")
+        rows.append(row("fine-tuning, CUDA", "skipped", note="torch sees no CUDA GPU"))
+        return rows
+    tune("cuda")  # warm-up: CUDA context, cuDNN autotuning
+    gpu_out, t_gpu = tune("cuda")
+    dev = float(np.abs(gpu_out["prob"].to_numpy() - cpu["prob"].to_numpy()).max())
+    print(f"fine-tuning on CUDA: {t_gpu:.1f} s, CPU / GPU = {t_cpu / t_gpu:.1f}x, test AUROC "
+          f"{test_auroc(gpu_out):.3f}; max |p_gpu - p_cpu| = {dev:.3g}")
+    rows.append(row(f"{label}, CUDA", f"{t_gpu:.1f} s",
+                    note=f"CPU / GPU time {t_cpu / t_gpu:.1f}x; test AUROC {test_auroc(gpu_out):.3f}"))
+    rows.append(row("fine-tuned probabilities, max |GPU - CPU|", f"{dev:.3g}",
+                    note="rounding differences amplified by 3 epochs of training"))
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=1024)
     ap.add_argument("--search-n", type=int, default=20000)
     ap.add_argument("--dim", type=int, default=512)
+    ap.add_argument("--patients", type=int, default=600, help="phantom patients for the fine-tuning run")
     args = ap.parse_args()
     t0 = time.perf_counter()
     gpu = torch.cuda.is_available()
     print(f"CUDA GPU: {torch.cuda.get_device_name(0) if gpu else 'none (CUDA measurements are skipped)'}")
-    rows = bench_extraction(args.images, gpu) + bench_search(args.search_n, args.dim, gpu)
-    record("device", rows, title="CPU vs GPU: extraction and exact search", seconds=time.perf_counter() - t0)
+    rows = (bench_extraction(args.images, gpu) + bench_search(args.search_n, args.dim, gpu)
+            + bench_finetune(args.patients, gpu))
+    record("device", rows, title="CPU vs GPU: extraction, exact search and fine-tuning",
+           seconds=time.perf_counter() - t0)
     failed = [r["measure"] for r in rows if r["passed"] is False]
     if failed:
         print(f"FAILED: {'; '.join(failed)}")

@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python bench/bench_zoo.py [quick|default ...] [--probe]
+    .venv/bin/python bench/bench_zoo.py [quick|default ...] [--probe] [--device cuda]
 
 For each preset: trains the zoo into a fresh temporary cache folder (the
 phantom itself comes from the normal crslib cache), prints the total wall
@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("presets", nargs="*", default=["quick", "default"])
     parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--device", default="cpu",
+                        help="where the models train (crslib.device.resolve_device); a run off the CPU "
+                        "is recorded as its own entry, zoo-<device>")
     parser.add_argument("--estimate", action="store_true",
                         help="only estimate the idle-machine training time from the fastest of a few steps")
     args = parser.parse_args(argv)
@@ -138,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         root = tempfile.mkdtemp(prefix=f"crs-zoo-bench-{preset}-")
         load_before = os.getloadavg()[0]
         t0, c0 = time.perf_counter(), time.process_time()
-        cards = train_zoo(manifest, preset=preset, cache_root=root, progress=False)
+        cards = train_zoo(manifest, preset=preset, cache_root=root, progress=False, device=args.device)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         load_after = os.getloadavg()[0]
         print(f"\n== zoo preset {preset}: {len(cards)} models on {DATA[preset]} "
@@ -157,12 +160,15 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(rows))
         sys.stdout.flush()
         budget = BUDGET_S[preset]
-        table.append(row(f"zoo training, preset {preset}: {len(cards)} models", f"{wall:.0f} s",
+        table.append(row(f"zoo training, preset {preset}: {len(cards)} models on {args.device}", f"{wall:.0f} s",
                          f"<= {budget:.0f} s", wall <= budget,
                          f"ratio {wall / budget:.2f}; load average {load_before:.1f} before, {load_after:.1f} after"))
         table.extend(objective_rows(preset, cards))
     if table:
-        record("zoo", table, title="Model zoo training", seconds=time.perf_counter() - start)
+        on_cpu = args.device == "cpu"
+        record("zoo" if on_cpu else f"zoo-{args.device.replace(':', '')}", table,
+               title="Model zoo training" + ("" if on_cpu else f" on {args.device}"),
+               seconds=time.perf_counter() - start)
     return 0
 
 

@@ -74,17 +74,27 @@ def test_bench_directive_renders_rows_and_says_when_nothing_is_recorded(crs_book
     rows = list(section.findall(lambda node: node.tagname == "row"))
     assert len(rows) == 3  # header and two measures
     assert rows[1].astext().split("\n\n")[3] == "yes" and rows[2].astext().split("\n\n")[3] == "no"
+    assert "GPU" not in text
+
+    entry = json.loads(path.read_text())["benchmarks"]["book"]
+    entry["machine"] = {"cpus": 16, "platform": "Linux", "python": "3.12.3", "gpu": "NVIDIA H200"}
+    path.write_text(json.dumps({"benchmarks": {"zoo-cuda": entry}}))
+    (section,) = crs_book._bench_nodes(path)
+    assert "on 16 CPUs (Linux, Python 3.12.3) and one GPU (NVIDIA H200); load average" in section.astext()
 
 
 def test_committed_bench_results_are_well_formed() -> None:
     """bench/results.json, as make bench last wrote it: one entry per bench
-    script that has run (none stale), each saying where and when it was measured."""
+    script that has run (none stale), each saying where and when it was measured;
+    a run on a GPU (``bench_zoo.py --device cuda``) is its script's ``<name>-<device>`` entry."""
     data = json.loads((REPO_ROOT / "bench" / "results.json").read_text())
     scripts = {p.stem.removeprefix("bench_") for p in (REPO_ROOT / "bench").glob("bench_*.py")}
-    assert data["benchmarks"] and set(data["benchmarks"]) <= scripts
+    assert data["benchmarks"] and {name.split("-")[0] for name in data["benchmarks"]} <= scripts
     for name, entry in data["benchmarks"].items():
+        script = name.split("-")[0]
         assert entry["machine"]["cpus"] >= 1 and entry["recorded_utc"] and entry["commit"], name
-        assert entry["command"].startswith(f"python bench/bench_{name}.py"), entry["command"]
+        assert entry["command"].startswith(f"python bench/bench_{script}.py"), entry["command"]
+        assert (name != script) == ("--device cuda" in entry["command"]), name
         assert entry["rows"] and all(r["measure"] and r["value"] for r in entry["rows"]), name
         assert all(r["passed"] in (True, False, None) for r in entry["rows"]), name
 

@@ -154,7 +154,8 @@ def _bench_nodes(path: Path) -> list:
         measured = nodes.paragraph()
         measured += nodes.Text(
             f"Measured {entry.get('recorded_utc', '?')} at commit {entry.get('commit', '?')} on "
-            f"{m.get('cpus', '?')} CPUs ({m.get('platform', '?')}, Python {m.get('python', '?')}); "
+            f"{m.get('cpus', '?')} CPUs ({m.get('platform', '?')}, Python {m.get('python', '?')})"
+            + (f" and one GPU ({m['gpu']})" if m.get("gpu") else "") + "; "
             f"load average {m.get('load_average_1min', '?')} at the end; the benchmark took "
             f"{entry.get('seconds', '?')} s. Command: ")
         # A literal, not text: Sphinx's smartquotes would turn the command's
