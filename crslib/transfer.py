@@ -555,12 +555,12 @@ def classifier_transfer(
     lin = fit_linear_map(B[mp], A[mp], method=method, random_state=random_state)
     mapped = lin.predict(B[te])
     r2 = held_out_r2(lin, B[te], A[te])  # mapped above: at least 2 test images
-    probes, reasons = _fit_probes(A[tr], lab.iloc[tr].reset_index(drop=True), C, max_iter, random_state)
+    probes, reasons = _fit_probes(A[tr], lab.iloc[tr], C, max_iter, random_state)
     out = _evaluate(
         probes,
         reasons,
         list(lab.columns),
-        lab.iloc[te].reset_index(drop=True),
+        lab.iloc[te],
         A[te],
         mapped,
         None if g is None else g[te],
@@ -661,8 +661,8 @@ def transfer_sweep(
             "transfer_sweep: n_values %s exceed the map pool (%d images); using %d instead",
             dropped, pool.size, pool.size,
         )
-    probes, reasons = _fit_probes(A[train], lab.iloc[train].reset_index(drop=True), C, max_iter, random_state)
-    lab_test = lab.iloc[test].reset_index(drop=True)
+    probes, reasons = _fit_probes(A[train], lab.iloc[train], C, max_iter, random_state)
+    lab_test = lab.iloc[test]
     tables = []
     for nv in keep:
         mp = pool[:nv]

@@ -133,6 +133,31 @@ def test_linear_map_messages():
         "X_dst_test is constant over the test images; R^2 is undefined")
     assert _message(m.predict, X[:, :5]) == (
         "X has 5 features but the map was fitted on 6; pass embeddings of the source model")
+    Y_bad = Y.copy()
+    Y_bad[3, 1] = np.nan
+    assert _message(T.fit_linear_map, X, Y_bad) == (
+        "X_dst has NaN or infinite values in 1 row(s), first rows [3]; drop or re-extract those images")
+
+
+def test_float32_embeddings_are_mapped_in_float64():
+    """Both sides are widened before any arithmetic: a float32 pair gives the map of its exact float64 copy."""
+    X, Y = _data(noise=1.0)
+    X32, Y32 = X.astype(np.float32), Y.astype(np.float32)
+    for method in T.MAP_METHODS:
+        single = T.fit_linear_map(X32, Y32, method=method)
+        double = T.fit_linear_map(X32.astype(np.float64), Y32.astype(np.float64), method=method)
+        for name in ("coef_", "mean_src_", "mean_dst_"):
+            assert getattr(single, name).dtype == np.float64, (method, name)
+            np.testing.assert_array_equal(getattr(single, name), getattr(double, name), err_msg=f"{method} {name}")
+        assert single.alpha_ == double.alpha_
+
+
+def test_retention_is_undefined_when_the_original_auroc_is_zero():
+    y = np.array([0, 0, 1, 1])
+    flipped, perfect, half = np.array([1.0, 1.0, 0.0, 0.0]), np.array([0.0, 0.0, 1.0, 1.0]), np.array([0.0, 1.0, 0.0, 1.0])
+    auc = T._auc3(y, flipped, perfect)
+    assert auc[:2].tolist() == [0.0, 1.0] and np.isnan(auc[2])
+    np.testing.assert_array_equal(T._auc3(y, half, perfect), [0.5, 1.0, 2.0])
 
 
 # --------------------------------------------------------------------------- classifier transfer
@@ -272,8 +297,8 @@ def _reference_transfer(old, new, labels, mp, tr, te, groups, n_resamples, C=1.0
     return rows, T.held_out_r2(lin, new[te], old[te])
 
 
-@pytest.mark.parametrize("grouped", [False, True])
-def test_classifier_transfer_equals_the_procedure_written_out(grouped):
+@pytest.mark.parametrize("grouped, seed", [(False, 0), (True, 0), (True, 6)])
+def test_classifier_transfer_equals_the_procedure_written_out(grouped, seed):
     rng = np.random.default_rng(31)
     n = 240
     old = rng.normal(size=(n, 6))
@@ -286,9 +311,11 @@ def test_classifier_transfer_equals_the_procedure_written_out(grouped):
     labels.loc[rng.choice(n, 30, replace=False), "edema"] = np.nan
     groups = np.arange(n) // 3 if grouped else None
     mp, tr, te = np.arange(0, 90), np.arange(90, 180), np.arange(180, 240)
+    if seed:  # the seed reaches the map's cross-validation folds: seed 6 picks another ridge penalty here
+        assert T.fit_linear_map(new[mp], old[mp], random_state=seed).alpha_ != T.fit_linear_map(new[mp], old[mp]).alpha_
     out = T.classifier_transfer(old, new, labels, map_idx=mp, train_idx=tr, test_idx=te, groups=groups,
-                                n_resamples=60).table
-    reference, r2 = _reference_transfer(old, new, labels, mp, tr, te, groups, 60)
+                                n_resamples=60, random_state=seed).table
+    reference, r2 = _reference_transfer(old, new, labels, mp, tr, te, groups, 60, seed=seed)
     assert out["finding"].tolist() == ["always", "nodule", "edema"]
     skipped = out.iloc[0]
     assert skipped["reason"] == "single class in the training split (0 positive of 90)"
@@ -367,6 +394,21 @@ def test_transfer_sweep_keeps_the_pool_size_logs_what_it_drops_and_fits_each_fin
     assert not np.allclose(procrustes.table["map_r2"], res.table["map_r2"])
 
 
+def test_transfer_sweep_fits_each_map_with_its_random_state():
+    rng = np.random.default_rng(31)
+    old = rng.normal(size=(240, 6))
+    new = old @ rng.normal(size=(6, 6)) + 0.3 * rng.normal(size=(240, 6))  # noisy: the penalty depends on the folds
+    labels = pd.DataFrame({"nodule": (old[:, 0] > 0).astype(int)})
+    groups = np.arange(240) // 3
+    sweep = T.transfer_sweep(old, new, labels, groups=groups, n_values=(30, 60), n_resamples=10, random_state=3)
+    rng = np.random.default_rng(3)
+    pool, _, _ = grouped_split(groups, np.array([0.5, 0.25, 0.25]), rng)
+    pool = pool[rng.permutation(pool.size)]
+    expected = [T.fit_linear_map(new[pool[:nv]], old[pool[:nv]], random_state=3).alpha_ for nv in (30, 60)]
+    assert sweep.table["alpha"].tolist() == expected
+    assert expected != [T.fit_linear_map(new[pool[:nv]], old[pool[:nv]]).alpha_ for nv in (30, 60)]
+
+
 def test_transfer_sweep_names_the_part_that_is_too_small():
     old, new, labels = _transfer_data(n=40)
     one_each = np.arange(40)  # one image per patient: parts hold 40 x their share
@@ -383,7 +425,8 @@ def test_classifier_transfer_table_findings_confidence_and_log(caplog):
     labels = labels.assign(effusion=(old[:, 1] > 0).astype(int), never=0)
     labels.index = np.arange(1000, 1300)  # a manifest's index: not carried in as a target
     sets = {"map_idx": np.arange(100), "train_idx": np.arange(100, 200), "test_idx": np.arange(200, 300)}
-    res = T.classifier_transfer(old, new, labels, n_resamples=60, confidence=0.95, random_state=3, **sets)
+    with caplog.at_level("INFO", logger="crslib.transfer"):
+        res = T.classifier_transfer(old, new, labels, n_resamples=60, confidence=0.95, random_state=3, **sets)
     table = res.table
     assert list(table.columns) == T._COLUMNS and table["finding"].tolist() == ["nodule", "effusion", "never"]
     skipped = table.set_index("finding").loc["never"]
@@ -396,8 +439,10 @@ def test_classifier_transfer_table_findings_confidence_and_log(caplog):
     assert (narrow["auroc_transferred_high"] - narrow["auroc_transferred_low"]).iloc[:2].lt(width).all()
     assert "classifier_transfer: no finding could be evaluated" not in caplog.messages
     with caplog.at_level("INFO", logger="crslib.transfer"):
-        T.classifier_transfer(old, new, labels[["never"]], n_resamples=10, **sets)
+        none = T.classifier_transfer(old, new, labels[["never"]], n_resamples=10, **sets).table
     assert "classifier_transfer: no finding could be evaluated" in caplog.messages
+    scores = [c for c in T._COLUMNS if c.startswith(("auroc", "retention"))]
+    assert len(scores) == 9 and (none[scores].dtypes == float).all() and none[scores].isna().all(axis=None)
     assert "classifier_transfer: finding 'never' skipped: single class in the training split (0 positive of 100)" \
         in caplog.messages
 
