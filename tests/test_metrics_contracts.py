@@ -14,13 +14,7 @@ from sklearn.metrics import average_precision_score, balanced_accuracy_score, f1
 
 from crslib import metrics as M
 from crslib.stats import resample_indices
-from crslib.errors import InputError
-
-
-def _message(fn, *args, **kwargs) -> str:
-    with pytest.raises(InputError) as info:
-        fn(*args, **kwargs)
-    return str(info.value)
+from assertions import error_message
 
 
 # --------------------------------------------------------------------------- validation
@@ -28,30 +22,30 @@ def _message(fn, *args, **kwargs) -> str:
 
 def test_shapes_and_lengths():
     assert M.check_binary(np.array([[1], [0]]), np.array([[0.9], [0.2]]))[1].tolist() == [0.9, 0.2]
-    assert _message(M.check_binary, np.ones((2, 2)), [0.1, 0.2]) == (
+    assert error_message(M.check_binary, np.ones((2, 2)), [0.1, 0.2]) == (
         "y_true must be a 1-D array with one value per case, got shape (2, 2)")
-    assert _message(M.check_binary, [0, 1], np.ones((2, 2)) / 2, name="p_val") == (
+    assert error_message(M.check_binary, [0, 1], np.ones((2, 2)) / 2, name="p_val") == (
         "p_val must be a 1-D array with one value per case, got shape (2, 2)")
-    assert _message(M.check_binary, [0, 1, 1], [0.1, 0.2], name="p_test") == (
+    assert error_message(M.check_binary, [0, 1, 1], [0.1, 0.2], name="p_test") == (
         "y_true and p_test must have the same length, got 3 labels and 2 probabilities; "
         "pass one probability per case")
-    assert _message(M.check_binary, [], []) == "y_true and y_prob are empty: there are no cases to evaluate"
+    assert error_message(M.check_binary, [], []) == "y_true and y_prob are empty: there are no cases to evaluate"
 
 
 def test_probability_messages_and_bounds():
     y = [0, 1, 0, 1]
     y_out, p = M.check_binary(y, [0.0, 1.0, 0.5, 1])  # both ends are probabilities
     assert p.dtype == np.float64 and p.tolist() == [0.0, 1.0, 0.5, 1.0] and y_out.dtype == np.int64
-    assert _message(M.check_binary, y, [0.1, np.nan, np.inf, 0.2]) == (
+    assert error_message(M.check_binary, y, [0.1, np.nan, np.inf, 0.2]) == (
         "y_prob has 2 NaN or infinite values; drop those cases or fill them before computing metrics")
-    assert _message(M.check_binary, y, [-0.5, 0.2, 1.5, 2.0], name="p_fit") == (
+    assert error_message(M.check_binary, y, [-0.5, 0.2, 1.5, 2.0], name="p_fit") == (
         "p_fit must be probabilities in [0, 1], but 3 values lie outside (range found [-0.5, 2]); "
         "pass probabilities, e.g. a sigmoid of the logits, not raw scores")
-    assert _message(M.check_binary, y, [0.1, 1 + 1e-9, 0.2, 0.3]).startswith(
+    assert error_message(M.check_binary, y, [0.1, 1 + 1e-9, 0.2, 0.3]).startswith(
         "y_prob must be probabilities in [0, 1], but 1 values lie outside")
-    assert _message(M.check_binary, y, [-1e-9, 0.5, 0.2, 0.3]).startswith(
+    assert error_message(M.check_binary, y, [-1e-9, 0.5, 0.2, 0.3]).startswith(
         "y_prob must be probabilities in [0, 1], but 1 values lie outside")
-    msg = _message(M.check_binary, y, ["a", "0.2", "0.3", "0.4"])
+    msg = error_message(M.check_binary, y, ["a", "0.2", "0.3", "0.4"])
     assert msg.startswith("y_prob must hold numbers (probabilities in [0, 1]): could not convert")
 
 
@@ -60,26 +54,26 @@ def test_label_messages():
     assert M.check_binary([True, False, True, False], p)[0].tolist() == [1, 0, 1, 0]
     assert M.check_binary(np.array([1.0, 0.0, 1.0, 0.0]), p)[0].tolist() == [1, 0, 1, 0]
     assert M.check_binary(np.array([1, 0, 1, 0], dtype=np.uint8), p)[0].dtype == np.int64
-    assert _message(M.check_binary, [0, 1, 2, 2], p) == (
+    assert error_message(M.check_binary, [0, 1, 2, 2], p) == (
         "labels must be binary 0/1 (or bool), but 2 labels are not (e.g. [2]); "
         "map them to 0 (negative) and 1 (positive)")
-    assert _message(M.check_binary, [0.0, 1.0, 0.5, -1.0], p) == (
+    assert error_message(M.check_binary, [0.0, 1.0, 0.5, -1.0], p) == (
         "labels must be binary 0/1 (or bool), but 2 labels are not (e.g. [-1.0, 0.5]); "
         "map them to 0 (negative) and 1 (positive)")
-    assert _message(M.check_binary, ["no", "yes", "no", "yes"], p) == (
+    assert error_message(M.check_binary, ["no", "yes", "no", "yes"], p) == (
         "labels must be binary 0/1 (or bool), found values such as ['no', 'yes']; "
         "map them to 0 (negative) and 1 (positive)")
-    assert _message(M.check_binary, np.array(["0", "1", "0", "1"], dtype=object), p).startswith(
+    assert error_message(M.check_binary, np.array(["0", "1", "0", "1"], dtype=object), p).startswith(
         "labels must be binary 0/1 (or bool), found values such as ['0', '1']")
-    assert _message(M.check_binary, np.array([0, 1, None, np.nan], dtype=object), p) == (
+    assert error_message(M.check_binary, np.array([0, 1, None, np.nan], dtype=object), p) == (
         "label column has 2 missing values (NaN, None or inf); "
         "drop the unlabelled cases before computing metrics")
-    assert _message(M.check_binary, np.array([0, 1, {}, 1], dtype=object), p).startswith(
+    assert error_message(M.check_binary, np.array([0, 1, {}, 1], dtype=object), p).startswith(
         "labels must be binary 0/1 (or bool), found values such as")
-    assert _message(M.check_binary, [1, 1, 1, 1], p) == (
+    assert error_message(M.check_binary, [1, 1, 1, 1], p) == (
         "y_true holds only the positive (1) class (4 cases); a split needs both classes to compute "
         "these metrics, so use a larger or stratified split")
-    assert _message(M.check_binary, [0, 0, 0, 0], p) == (
+    assert error_message(M.check_binary, [0, 0, 0, 0], p) == (
         "y_true holds only the negative (0) class (4 cases); a split needs both classes to compute "
         "these metrics, so use a larger or stratified split")
     assert M.check_binary([0, 0, 0, 0], p, require_both=False)[0].tolist() == [0, 0, 0, 0]
@@ -87,20 +81,20 @@ def test_label_messages():
 
 def test_name_and_threshold_messages():
     y, p = [0, 1, 0, 1], [0.1, 0.8, 0.3, 0.6]
-    assert _message(M.metric_score, y, p, metric="accuracy") == (
+    assert error_message(M.metric_score, y, p, metric="accuracy") == (
         f"unknown metric 'accuracy'; choose from {', '.join(M.METRICS)}")
-    assert _message(M.metric_score, y, p, metric="f1", threshold="high") == "threshold must be a number, got 'high'"
-    assert _message(M.binary_metrics, y, p, threshold=None) == "threshold must be a number, got None"
-    assert _message(M.binary_metrics, y, p, threshold=float("nan")) == "threshold must be finite, got nan"
-    assert _message(M.threshold_transfer, y, p, y, p, rules=["median"]) == (
+    assert error_message(M.metric_score, y, p, metric="f1", threshold="high") == "threshold must be a number, got 'high'"
+    assert error_message(M.binary_metrics, y, p, threshold=None) == "threshold must be a number, got None"
+    assert error_message(M.binary_metrics, y, p, threshold=float("nan")) == "threshold must be finite, got nan"
+    assert error_message(M.threshold_transfer, y, p, y, p, rules=["median"]) == (
         f"unknown threshold rule 'median'; choose from {', '.join(M.THRESHOLD_RULES)}")
-    assert _message(M.threshold_transfer, y, p, y, p, metrics=[]) == (
+    assert error_message(M.threshold_transfer, y, p, y, p, metrics=[]) == (
         f"pass at least one metric; choose from {', '.join(M.METRICS)}")
-    assert _message(M.threshold_transfer, y, p, y, p, metrics="kappa") == (
+    assert error_message(M.threshold_transfer, y, p, y, p, metrics="kappa") == (
         f"unknown metric 'kappa'; choose from {', '.join(M.METRICS)}")
     one = M.threshold_transfer(y, p, y, p, rules="youden", metrics="f1")
     assert one[["rule", "metric"]].values.tolist() == [["youden", "f1"]]
-    assert _message(M.fit_threshold, y, p, rule="otsu") == (
+    assert error_message(M.fit_threshold, y, p, rule="otsu") == (
         f"unknown threshold rule 'otsu'; choose from {', '.join(M.THRESHOLD_RULES)}")
 
 
@@ -155,13 +149,13 @@ def test_threshold_rules_known_answers():
     assert M.fit_threshold(y, p, rule="prevalence", prevalence=0.25) == 0.8
     # ties in the optimum: the largest threshold wins
     assert M.fit_threshold([0, 1, 0, 1], [0.1, 0.6, 0.3, 0.9], rule="youden") == 0.6
-    assert _message(M.fit_threshold, y, p, rule="sensitivity_0.9", min_sensitivity=0.0) == (
+    assert error_message(M.fit_threshold, y, p, rule="sensitivity_0.9", min_sensitivity=0.0) == (
         "min_sensitivity must be in (0, 1], got 0.0")
-    assert _message(M.fit_threshold, y, p, rule="sensitivity_0.9", min_sensitivity=1.01) == (
+    assert error_message(M.fit_threshold, y, p, rule="sensitivity_0.9", min_sensitivity=1.01) == (
         "min_sensitivity must be in (0, 1], got 1.01")
-    assert _message(M.fit_threshold, y, p, rule="prevalence", prevalence=1.0) == (
+    assert error_message(M.fit_threshold, y, p, rule="prevalence", prevalence=1.0) == (
         "prevalence must be in (0, 1), got 1.0")
-    assert _message(M.fit_threshold, y, p, rule="prevalence", prevalence=0.0) == (
+    assert error_message(M.fit_threshold, y, p, rule="prevalence", prevalence=0.0) == (
         "prevalence must be in (0, 1), got 0.0")
 
 
@@ -174,9 +168,9 @@ def test_threshold_transfer_defaults_and_gap():
     assert np.allclose(table["gap"], table["eval_value"] - table["fit_value"])
     youden = table[(table["rule"] == "youden") & (table["metric"] == "sensitivity")].iloc[0]
     assert (youden["threshold"], youden["fit_value"], youden["eval_value"]) == (0.6, 1.0, 0.5)
-    assert _message(M.threshold_transfer, y_fit, p_fit, y_eval, [0.2, 0.3, 7, 0.8]).startswith(
+    assert error_message(M.threshold_transfer, y_fit, p_fit, y_eval, [0.2, 0.3, 7, 0.8]).startswith(
         "p_eval must be probabilities in [0, 1]")
-    assert _message(M.threshold_transfer, y_fit, [0.1, 0.4, 0.6, 9], y_eval, p_eval).startswith(
+    assert error_message(M.threshold_transfer, y_fit, [0.1, 0.4, 0.6, 9], y_eval, p_eval).startswith(
         "p_fit must be probabilities in [0, 1]")
 
 
@@ -204,10 +198,10 @@ def test_calibration_error_equals_a_plain_loop_and_bin_edges():
     # one class is fine for calibration, not for ranking
     assert M.calibration_error([0, 0, 0], [0.1, 0.2, 0.3], n_bins=1) == pytest.approx(0.2)
     assert M.brier_loss([1, 1], [0.5, 1.0]) == pytest.approx(0.125)
-    assert _message(M.calibration_error, y, p, n_bins=0) == "n_bins must be an integer >= 1, got 0"
-    assert _message(M.calibration_error, y, p, n_bins=True) == "n_bins must be an integer >= 1, got True"
-    assert _message(M.calibration_error, y, p, n_bins=2.0) == "n_bins must be an integer >= 1, got 2.0"
-    assert _message(M.calibration_error, y, p, strategy="kmeans") == (
+    assert error_message(M.calibration_error, y, p, n_bins=0) == "n_bins must be an integer >= 1, got 0"
+    assert error_message(M.calibration_error, y, p, n_bins=True) == "n_bins must be an integer >= 1, got True"
+    assert error_message(M.calibration_error, y, p, n_bins=2.0) == "n_bins must be an integer >= 1, got 2.0"
+    assert error_message(M.calibration_error, y, p, strategy="kmeans") == (
         f"unknown binning strategy 'kmeans'; choose from {', '.join(M.CALIBRATION_STRATEGIES)}")
     # quantile bins: more bins than cases leave trailing bins empty, not an error
     assert M.calibration_error([0, 1], [0.2, 0.9], n_bins=5, strategy="quantile") == pytest.approx(0.15)
@@ -240,7 +234,7 @@ def test_reliability_curve_values_band_and_defaults():
     pd.testing.assert_frame_equal(curve, same)
     single = M.reliability_curve([1, 1, 1], [0.2, 0.6, 0.9], n_bins=2, n_resamples=10)
     assert single["frac_pos"].tolist() == [1.0, 1.0]
-    assert _message(M.reliability_curve, y, p, n_resamples=0) == "n_resamples must be an integer >= 1, got 0"
+    assert error_message(M.reliability_curve, y, p, n_resamples=0) == "n_resamples must be an integer >= 1, got 0"
     # a last bin that is empty in the data: bincount must still cover every bin
     low_only = M.reliability_curve([0, 1, 0], [0.05, 0.1, 0.2], n_bins=10, n_resamples=20)
     assert low_only["bin"].tolist() == [0, 1, 2]
@@ -264,7 +258,7 @@ def test_calibrators_known_maps_and_messages():
     assert fitted.params["a"] == pytest.approx(0.5, abs=0.05) and fitted.params["b"] == pytest.approx(0.8, abs=0.05)
     t = M.fit_calibrator(y, expit(logit(expit(zz)) * 1.0), method="temperature")
     assert t.method == "temperature" and t.params["temperature"] > 0
-    assert _message(M.fit_calibrator, y, expit(zz), method="isotonic") == (
+    assert error_message(M.fit_calibrator, y, expit(zz), method="isotonic") == (
         f"unknown calibration method 'isotonic'; choose from {', '.join(M.CALIBRATION_METHODS)}")
 
 
@@ -299,11 +293,11 @@ def test_calibration_transfer_columns_and_defaults():
     # the evaluation split may hold one class; the fitting split may not
     one_class = M.calibration_transfer(y[:600], p[:600], np.ones(10), np.full(10, 0.9), methods=["temperature"])
     assert one_class.iloc[0]["brier_before"] == pytest.approx(0.01)
-    assert _message(M.calibration_transfer, np.ones(10), np.full(10, 0.9), ye, pe).startswith(
+    assert error_message(M.calibration_transfer, np.ones(10), np.full(10, 0.9), ye, pe).startswith(
         "y_true holds only the positive (1) class (10 cases)")
-    assert _message(M.calibration_transfer, y[:600], p[:600], ye, pe * 2).startswith(
+    assert error_message(M.calibration_transfer, y[:600], p[:600], ye, pe * 2).startswith(
         "p_eval must be probabilities in [0, 1]")
-    assert _message(M.calibration_transfer, y[:600], p[:600] * 2, ye, pe).startswith(
+    assert error_message(M.calibration_transfer, y[:600], p[:600] * 2, ye, pe).startswith(
         "p_fit must be probabilities in [0, 1]")
     assert list(table.columns) == ["method", "fitted_on", "ece_uniform_before", "ece_uniform_after",
                                    "ece_quantile_before", "ece_quantile_after", "brier_before", "brier_after",
@@ -314,11 +308,11 @@ def test_calibration_transfer_columns_and_defaults():
 def test_edge_cases_of_labels_ranks_and_thresholds():
     p = np.linspace(0.1, 0.9, 8)
     # numeric text is still text: rejected, not read as numbers
-    assert _message(M.check_binary, np.array(["0", "1"] * 4), p).startswith(
+    assert error_message(M.check_binary, np.array(["0", "1"] * 4), p).startswith(
         "labels must be binary 0/1 (or bool), found values such as ['0', '1']")
     # at most five example values in a message
-    assert "found values such as ['a', 'b', 'c', 'd', 'e']; map" in _message(M.check_binary, list("abcdefgh"), p)
-    assert "(e.g. [2, 3, 4, 5, 6]); map" in _message(M.check_binary, [0, 1, 2, 3, 4, 5, 6, 7], p)
+    assert "found values such as ['a', 'b', 'c', 'd', 'e']; map" in error_message(M.check_binary, list("abcdefgh"), p)
+    assert "(e.g. [2, 3, 4, 5, 6]); map" in error_message(M.check_binary, [0, 1, 2, 3, 4, 5, 6, 7], p)
     # one positive case has an average precision
     assert M.metric_score([0, 0, 1, 0], [0.1, 0.2, 0.9, 0.3], metric="auprc") == 1.0
     assert M.metric_score([0, 1, 0, 0], [0.1, 0.2, 0.9, 0.3], metric="auprc") == pytest.approx(1 / 3)
@@ -329,5 +323,5 @@ def test_edge_cases_of_labels_ranks_and_thresholds():
     assert M.fit_threshold(y, [0.9, 0.7, 0.6, 0.5, 0.8, 0.3, 0.2, 0.1], rule="youden") == 0.5
     # a column of probabilities straight into a calibrator
     cal = M.Calibrator("temperature", {"temperature": 1.0})
-    assert _message(cal.transform, np.ones((2, 2)) / 2) == (
+    assert error_message(cal.transform, np.ones((2, 2)) / 2) == (
         "y_prob must be a 1-D array with one value per case, got shape (2, 2)")

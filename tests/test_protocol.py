@@ -8,6 +8,7 @@ import pytest
 
 from crslib import metrics, protocol, splits
 from crslib.errors import CRSError, DataError, InputError, ModelError
+from assertions import error_message
 
 
 def _predictions(rng, *, n_patients=300, backbones=("a", "b"), policy_gain=1.5, seeds=(0,)):
@@ -240,14 +241,6 @@ def test_validation_to_test_fits_on_validation_and_reports_the_gap():
 # --------------------------------------------------------------------------- known answers and messages
 
 
-def _message(fn, *args, **kwargs) -> str:
-    from crslib.errors import CRSError
-
-    with pytest.raises(CRSError) as info:
-        fn(*args, **kwargs)
-    return str(info.value)
-
-
 def _three_models(seed: int = 0, n: int = 120) -> pd.DataFrame:
     rng = np.random.default_rng(seed)
     frames = []
@@ -321,21 +314,21 @@ def test_prevalence_rule_is_the_training_prevalence_in_the_grid_and_the_transfer
 
 def test_protocol_grid_and_summary_messages():
     preds = _three_models()
-    assert _message(protocol.protocol_grid, preds.drop(columns="prob")) == (
+    assert error_message(protocol.protocol_grid, preds.drop(columns="prob")) == (
         f"predictions lack column(s) prob; need {', '.join(protocol.PREDICTION_COLUMNS)}")
-    assert _message(protocol.protocol_grid, preds.to_dict()) == (
+    assert error_message(protocol.protocol_grid, preds.to_dict()) == (
         f"predictions must be a DataFrame with columns {', '.join(protocol.PREDICTION_COLUMNS)}")
     bad = preds.assign(policy="distilled")
-    assert _message(protocol.protocol_grid, bad) == (
+    assert error_message(protocol.protocol_grid, bad) == (
         f"unknown training policy ['distilled']; use {', '.join(protocol.POLICIES)}")
-    assert _message(protocol.protocol_grid, preds, rules=["otsu"]).startswith("unknown threshold rule(s) ['otsu']; use")
-    assert _message(protocol.protocol_grid, preds, metrics=["kappa"]).startswith("unknown metric(s) ['kappa']; use")
+    assert error_message(protocol.protocol_grid, preds, rules=["otsu"]).startswith("unknown threshold rule(s) ['otsu']; use")
+    assert error_message(protocol.protocol_grid, preds, metrics=["kappa"]).startswith("unknown metric(s) ['kappa']; use")
     grid = protocol.protocol_grid(preds, rules=["youden"], metrics=["auroc"], n_resamples=20)
-    assert _message(protocol.effect_summary, grid.drop(columns="value")) == (
+    assert error_message(protocol.effect_summary, grid.drop(columns="value")) == (
         "grid lacks column(s) value; pass the output of protocol_grid")
-    assert _message(protocol.effect_summary, grid, factors=["dataset"]) == (
+    assert error_message(protocol.effect_summary, grid, factors=["dataset"]) == (
         "unknown factor 'dataset'; use backbone, policy, seed, rule")
-    assert _message(protocol.headline_table, grid, rule="f1_max", metrics=["auroc"]) == (
+    assert error_message(protocol.headline_table, grid, rule="f1_max", metrics=["auroc"]) == (
         "the grid has no cells for rule 'f1_max' and metrics ['auroc']")
 
 
@@ -410,15 +403,15 @@ def test_linear_probe_equals_its_cross_validation_written_out(monkeypatch):
 def test_linear_probe_messages():
     X, y = np.ones((4, 2)), np.array([0, 1, 0, 1])
     split = ["train"] * 4
-    assert _message(protocol.linear_probe, X[:3], y, split) == (
+    assert error_message(protocol.linear_probe, X[:3], y, split) == (
         "X must be (n_samples, n_features) with one row per split entry, got (3, 2) and 4")
-    assert _message(protocol.linear_probe, np.ones(4), y, split) == (
+    assert error_message(protocol.linear_probe, np.ones(4), y, split) == (
         "X must be (n_samples, n_features) with one row per split entry, got (4,) and 4")
     bad = X.copy()
     bad[1, 1] = np.nan
-    assert _message(protocol.linear_probe, bad, y, split) == (
+    assert error_message(protocol.linear_probe, bad, y, split) == (
         "X holds 1 NaN or infinite values; the embeddings are broken")
-    assert _message(protocol.linear_probe, X, [1, 1, 1, 1], split) == (
+    assert error_message(protocol.linear_probe, X, [1, 1, 1, 1], split) == (
         "y_true holds only the positive (1) class (4 cases); a split needs both classes to compute these metrics, "
         "so use a larger or stratified split")
 
@@ -446,18 +439,19 @@ def test_protocol_splits_provenance_and_boundaries():
     assert not np.array_equal(other, assignment)
     big, how_big = protocol.protocol_splits(fewer, labels, groups=groups, validation_fraction=0.5)
     assert (big == "val").sum() > 2 * n_val and "50% of the pool's patients" in how_big
-    assert _message(protocol.protocol_splits, split, labels, groups=groups, validation_fraction=0.0) == (
+    assert error_message(protocol.protocol_splits, split, labels, groups=groups, validation_fraction=0.0) == (
         "validation_fraction must be in (0, 1), got 0.0")
-    assert _message(protocol.protocol_splits, split, labels, groups=groups, validation_fraction=1.0) == (
+    assert error_message(protocol.protocol_splits, split, labels, groups=groups, validation_fraction=1.0) == (
         "validation_fraction must be in (0, 1), got 1.0")
-    assert _message(protocol.protocol_splits, split[:10], labels, groups=groups) == (
+    assert error_message(protocol.protocol_splits, split[:10], labels, groups=groups) == (
         "split, groups and labels must have one entry per row, got 10, 200, 200")
-    assert _message(protocol.protocol_splits, np.where(split == "test", "train", split), labels, groups=groups) == (
+    assert error_message(protocol.protocol_splits, np.where(split == "test", "train", split), labels, groups=groups,
+                         error=DataError) == (
         "no rows with split == 'test': the protocol evaluates on the official test split; add a split column "
         "with train/val/test values (patients must not cross splits)")
     one_class = labels.copy()
     one_class[split == "test"] = 1
-    assert _message(protocol.protocol_splits, split, one_class, groups=groups) == (
+    assert error_message(protocol.protocol_splits, split, one_class, groups=groups, error=DataError) == (
         "the test partition holds a single class ([1]); the protocol needs both classes in train, validation "
         "and test")
     custom = np.where(split == "train", "pool", np.where(split == "val", "dev", "holdout"))
@@ -498,7 +492,7 @@ def test_effect_summary_defaults_and_paper_columns():
     custom = protocol.effect_summary(grid, factors=["rule"], headline={"rule": "auroc"}).iloc[0]
     assert custom["metric"] == "auroc" and custom["mean_abs_change"] == 0.0 and custom["paper_value"] is None
     assert protocol.effect_summary(grid, factors=["rule"], headline={}).iloc[0]["metric"] == "auroc"
-    missing = _message(protocol.effect_summary, grid.drop(columns=["seed", "value"]))
+    missing = error_message(protocol.effect_summary, grid.drop(columns=["seed", "value"]))
     assert missing == "grid lacks column(s) seed, value; pass the output of protocol_grid"
 
 
@@ -511,7 +505,7 @@ def test_validation_to_test_per_model_and_repeated_partition_defaults():
     assert set(table["rule"]) == set(metrics.THRESHOLD_RULES)
     cal = protocol.validation_to_test(preds, what="calibration")
     assert "params" not in cal.columns and set(cal["method"]) == {"none", "temperature", "platt"}
-    assert _message(protocol.validation_to_test, preds, what="both") == (
+    assert error_message(protocol.validation_to_test, preds, what="both") == (
         "what must be 'threshold' or 'calibration', got 'both'")
     rng = np.random.default_rng(5)
     y = np.tile([0, 1], 100)
@@ -528,7 +522,7 @@ def test_validation_to_test_per_model_and_repeated_partition_defaults():
     wide = protocol.repeated_partitions(X, y, groups=groups, n_partitions=2, test_fraction=0.4, validation_fraction=0.3)
     assert (wide["n_test"] == 80).all()
     for bad in (1, True):
-        assert _message(protocol.repeated_partitions, X, y, groups=groups, n_partitions=bad) == (
+        assert error_message(protocol.repeated_partitions, X, y, groups=groups, n_partitions=bad) == (
             f"n_partitions must be at least 2, got {bad!r}")
 
 
@@ -621,10 +615,11 @@ def test_protocol_splits_official_validation_counts_and_unknown_split_names():
                    "training pool (130 images)")
     # a manifest that says "validation" where the protocol expects "val" is refused, not trained on
     renamed = np.where(split == "val", "validation", split)
-    assert _message(protocol.protocol_splits, renamed, labels, groups=groups) == (
+    assert error_message(protocol.protocol_splits, renamed, labels, groups=groups, error=DataError) == (
         "split has values ['validation'] that are none of train='train', validation='val', test='test'; "
         "rename them in the manifest or pass the split names")
-    assert _message(protocol.protocol_splits, np.where(split == "train", "TRAIN", split), labels, groups=groups) == (
+    assert error_message(protocol.protocol_splits, np.where(split == "train", "TRAIN", split), labels, groups=groups,
+                         error=DataError) == (
         "split has values ['TRAIN'] that are none of train='train', validation='val', test='test'; "
         "rename them in the manifest or pass the split names")
     same, _ = protocol.protocol_splits(renamed, labels, groups=groups, validation="validation")
@@ -636,7 +631,7 @@ def test_protocol_splits_class_with_one_pool_patient_is_not_carved_but_the_other
     groups = np.array([0, 0, 1, 1, 2, 2, 3, 4])
     labels = np.array([0, 0, 1, 1, 1, 1, 0, 1])
     split = np.array(["train"] * 6 + ["test"] * 2)
-    assert _message(protocol.protocol_splits, split, labels, groups=groups, min_validation=1) == (
+    assert error_message(protocol.protocol_splits, split, labels, groups=groups, min_validation=1, error=DataError) == (
         "the val partition holds a single class ([1]); the protocol needs both classes in train, validation "
         "and test")
 
@@ -759,14 +754,14 @@ def test_multiclass_refusal_reads_whole_naming_up_to_five_classes_sorted_by_thei
     # a plain list of mixed values: the integers stay integers in the message, sorted with the text by its text
     mixed = [0, 1, 2, "x", "y"] * 24
     five = f"has 5 classes (0, 1, 2, 'x', 'y'); {_BINARY_ADVICE}"
-    assert _message(protocol.linear_probe, X, mixed, split) == f"y {five}"
-    assert _message(protocol.repeated_partitions, X, mixed, groups=np.arange(120)) == f"y {five}"
+    assert error_message(protocol.linear_probe, X, mixed, split) == f"y {five}"
+    assert error_message(protocol.repeated_partitions, X, mixed, groups=np.arange(120)) == f"y {five}"
     # six integer classes: the first five by their text (10 before 5), then an ellipsis
     six = np.repeat([5, 6, 7, 8, 9, 10], 20)
     shown = f"has 6 classes (10, 5, 6, 7, 8, ...); {_BINARY_ADVICE}"
-    assert _message(protocol.linear_probe, X, six, split) == f"y {shown}"
-    assert _message(protocol.repeated_partitions, X, six, groups=np.arange(120)) == f"y {shown}"
-    assert _message(protocol.protocol_splits, np.array(["train"] * 80 + ["val"] * 20 + ["test"] * 20), six,
+    assert error_message(protocol.linear_probe, X, six, split) == f"y {shown}"
+    assert error_message(protocol.repeated_partitions, X, six, groups=np.arange(120)) == f"y {shown}"
+    assert error_message(protocol.protocol_splits, np.array(["train"] * 80 + ["val"] * 20 + ["test"] * 20), six,
                     groups=np.arange(120)) == f"labels {shown}"
 
 
@@ -803,11 +798,11 @@ def test_grid_defaults_to_1000_resamples_and_names_the_model_and_the_choices_in_
     pd.testing.assert_frame_equal(protocol.protocol_grid(one, **kwargs),
                                   protocol.protocol_grid(one, n_resamples=1000, **kwargs))
     assert not protocol.protocol_grid(one, **kwargs).equals(protocol.protocol_grid(one, n_resamples=999, **kwargs))
-    assert _message(protocol.protocol_grid, one, rules=["magic"]) == (
+    assert error_message(protocol.protocol_grid, one, rules=["magic"]) == (
         f"unknown threshold rule(s) ['magic']; use {', '.join(metrics.THRESHOLD_RULES)}")
-    assert _message(protocol.protocol_grid, one, metrics=["speed"]) == (
+    assert error_message(protocol.protocol_grid, one, metrics=["speed"]) == (
         f"unknown metric(s) ['speed']; use {', '.join(metrics.METRICS)}")
-    assert _message(protocol.protocol_grid, one[one.split != "val"], **kwargs) == (
+    assert error_message(protocol.protocol_grid, one[one.split != "val"], **kwargs) == (
         "y_true and probabilities of a / frozen / seed 0 on 'val' are empty: there are no cases to evaluate")
 
 
@@ -863,20 +858,20 @@ def test_checklist_evidence_names_the_table_that_lacks_the_reported_model():
     kwargs = dict(predictions=preds, calibration=calibration, transfers=transfers, partitions=parts,
                   reported=reported, calibration_method="platt", finetune_epochs=3, provenance="official",
                   n_resamples=50)
-    assert _message(protocol.checklist_evidence, grid, effects, **{**kwargs, "calibration": calibration[
+    assert error_message(protocol.checklist_evidence, grid, effects, **{**kwargs, "calibration": calibration[
         calibration.seed != 1]}) == f"calibration has no rows for the reported model {where}"
-    assert _message(protocol.checklist_evidence, grid, effects, **{**kwargs, "transfers": transfers[
+    assert error_message(protocol.checklist_evidence, grid, effects, **{**kwargs, "transfers": transfers[
         transfers.seed != 1]}) == (
         f"transfers has no rows for the reported model {where[:-1]}, 'rule': 'youden'}}")
 
 
 def test_grid_table_checks_read_whole_and_a_split_without_a_class_is_named_by_its_own_count():
     preds = _predictions(np.random.default_rng(7), backbones=("a",))
-    assert _message(protocol.protocol_grid, preds.drop(columns=["split", "patient_id"])) == (
+    assert error_message(protocol.protocol_grid, preds.drop(columns=["split", "patient_id"])) == (
         f"predictions lack column(s) patient_id, split; need {', '.join(protocol.PREDICTION_COLUMNS)}")
     # the whole table is checked without asking for both classes: the first model's validation rows are
     n_val = int((preds[(preds.policy == "finetuned")].split == "val").sum())
-    assert _message(protocol.protocol_grid, preds.assign(y_true=1)) == (
+    assert error_message(protocol.protocol_grid, preds.assign(y_true=1)) == (
         f"y_true holds only the positive (1) class ({n_val} cases); a split needs both classes to compute these "
         "metrics, so use a larger or stratified split")
 

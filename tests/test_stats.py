@@ -9,6 +9,7 @@ from sklearn.metrics import roc_auc_score
 
 from crslib import stats
 from crslib.errors import CRSError, InputError
+from assertions import error_message
 
 
 def test_bootstrap_ci_mean_contains_truth_and_is_reproducible():
@@ -407,14 +408,10 @@ def test_permutation_p_value_counts_a_null_value_within_1e_12_below_as_a_tie():
 def test_auroc_label_errors_read_whole():
     from crslib.stats import auroc
 
-    assert _stats_message(auroc, ["yes", "no"], [0.2, 0.8]) == (
+    assert error_message(auroc, ["yes", "no"], [0.2, 0.8]) == (
         "y_true must hold 0/1 (or bool) labels; map them to 0 (negative) and 1 (positive)")
-    assert _stats_message(auroc, [0, 1, 5, 4, 3, 2], np.linspace(0, 1, 6)) == (
+    assert error_message(auroc, [0, 1, 5, 4, 3, 2], np.linspace(0, 1, 6)) == (
         "y_true must hold 0/1 (or bool) labels, but 4 labels are not (e.g. [2, 3, 4]); map them to 0 (negative) "
         "and 1 (positive)")
 
 
-def _stats_message(fn, *args, **kwargs) -> str:
-    with pytest.raises(InputError) as info:
-        fn(*args, **kwargs)
-    return str(info.value)

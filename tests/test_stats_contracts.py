@@ -16,13 +16,7 @@ from scipy.stats import pearsonr, spearmanr
 
 from crslib import splits, stats
 from crslib._validation import check_confidence, check_count
-from crslib.errors import InputError
-
-
-def _message(fn, *args, **kwargs) -> str:
-    with pytest.raises(InputError) as info:
-        fn(*args, **kwargs)
-    return str(info.value)
+from assertions import error_message
 
 
 def _sym(m: int, seed: int = 0) -> np.ndarray:
@@ -37,18 +31,18 @@ def _sym(m: int, seed: int = 0) -> np.ndarray:
 
 def test_square_pair_messages_name_the_matrix():
     A = _sym(5)
-    assert _message(stats.mantel_test, A[:, :4], A) == (
+    assert error_message(stats.mantel_test, A[:, :4], A) == (
         "A must be a square matrix (models x models), got shape (5, 4)")
-    assert _message(stats.mantel_test, A, A[:, :4]) == (
+    assert error_message(stats.mantel_test, A, A[:, :4]) == (
         "B must be a square matrix (models x models), got shape (5, 4)")
-    assert _message(stats.pairwise_spearman, A, _sym(4)) == (
+    assert error_message(stats.pairwise_spearman, A, _sym(4)) == (
         "A and B must have the same shape, got (5, 5) and (4, 4)")
-    assert _message(stats.pairwise_spearman, A[:2, :2], A[:2, :2]) == (
+    assert error_message(stats.pairwise_spearman, A[:2, :2], A[:2, :2]) == (
         "need at least 3 models (3 pairs) for a matrix correlation, got 2")
     asym = A.copy()
     asym[0, 1] += 1.0
-    assert _message(stats.mantel_test, A, asym) == "B must be symmetric; symmetrise it, e.g. (A + A.T) / 2"
-    assert _message(stats.mantel_test, asym, A) == "A must be symmetric; symmetrise it, e.g. (A + A.T) / 2"
+    assert error_message(stats.mantel_test, A, asym) == "B must be symmetric; symmetrise it, e.g. (A + A.T) / 2"
+    assert error_message(stats.mantel_test, asym, A) == "A must be symmetric; symmetrise it, e.g. (A + A.T) / 2"
 
 
 @pytest.mark.parametrize("where", [(0, 1), (1, 0), (3, 4)])
@@ -58,7 +52,7 @@ def test_square_pair_nan_anywhere_off_the_diagonal(where, side):
     bad = (A if side == "A" else B).copy()
     bad[where] = np.nan  # one triangle only: still reported as NaN, not as asymmetry
     args = (bad, B) if side == "A" else (A, bad)
-    assert _message(stats.pairwise_spearman, *args) == (
+    assert error_message(stats.pairwise_spearman, *args) == (
         f"{side} has NaN or infinite off-diagonal entries; fill or drop those models")
 
 
@@ -69,7 +63,7 @@ def test_square_pair_missing_entries_from_lists(side):
     missing = _sym(4).tolist()
     missing[1][2] = missing[2][1] = None
     args = (missing, good) if side == "A" else (good, missing)
-    assert _message(stats.mantel_test, *args) == (
+    assert error_message(stats.mantel_test, *args) == (
         f"{side} has NaN or infinite off-diagonal entries; fill or drop those models")
 
 
@@ -86,7 +80,7 @@ def test_square_pair_tolerances_and_diagonal():
     assert stats.pairwise_spearman(near, A) == pytest.approx(1.0)
     far = A.copy()
     far[0, 1] *= 1 + 5e-6
-    assert "must be symmetric" in _message(stats.pairwise_spearman, far, A)
+    assert "must be symmetric" in error_message(stats.pairwise_spearman, far, A)
     # absolute asymmetry of entries near zero: 5e-10 passes, 5e-9 does not (atol 1e-9)
     Z = np.zeros((4, 4))
     Z[0, 1], Z[1, 0], Z[2, 3], Z[3, 2] = 1.0, 1.0, 2.0, 2.0
@@ -95,7 +89,7 @@ def test_square_pair_tolerances_and_diagonal():
     assert stats.pairwise_spearman(tiny, A) == pytest.approx(stats.pairwise_spearman(Z, A))
     small = Z.copy()
     small[2, 0] = 5e-9
-    assert "must be symmetric" in _message(stats.pairwise_spearman, small, A)
+    assert "must be symmetric" in error_message(stats.pairwise_spearman, small, A)
 
 
 def test_pairwise_spearman_uses_the_upper_triangle():
@@ -154,15 +148,15 @@ def test_mantel_random_permutations_defaults_and_p_formula():
 
 def test_mantel_messages():
     A = _sym(5)
-    assert _message(stats.mantel_test, A, A, method="kendall") == (
+    assert error_message(stats.mantel_test, A, A, method="kendall") == (
         "method must be 'spearman' or 'pearson', got 'kendall'")
-    assert _message(stats.mantel_test, A, A, alternative="both") == (
+    assert error_message(stats.mantel_test, A, A, alternative="both") == (
         "alternative must be 'two-sided', 'greater' or 'less', got 'both'")
-    assert _message(stats.mantel_test, A, A, n_permutations=0) == "n_permutations must be an integer >= 1, got 0"
+    assert error_message(stats.mantel_test, A, A, n_permutations=0) == "n_permutations must be an integer >= 1, got 0"
     const = np.ones((5, 5))
     msg = "one matrix is constant over its off-diagonal entries; the correlation is undefined"
-    assert _message(stats.mantel_test, const, A) == msg
-    assert _message(stats.mantel_test, A, const) == msg
+    assert error_message(stats.mantel_test, const, A) == msg
+    assert error_message(stats.mantel_test, A, const) == msg
     # a 0/1 matrix has a range of exactly 1 and is fine
     binary = (A > np.median(A[np.triu_indices(5, 1)])).astype(float)
     np.fill_diagonal(binary, 0)
@@ -209,7 +203,7 @@ def test_permutation_p_counts_ties_with_the_observed():
     assert stats._perm_p(-0.5, np.array([-0.5 + 1.5e-12]), "less", include_observed=False) == 0.0
     assert stats._perm_p(0.5, np.array([-0.5 + 0.5e-12]), "two-sided", include_observed=False) == 1.0
     assert stats._perm_p(0.5, np.array([-0.5 + 1.5e-12]), "two-sided", include_observed=False) == 0.0
-    assert _message(stats._perm_p, 0.5, null, "GREATER", include_observed=False) == (
+    assert error_message(stats._perm_p, 0.5, null, "GREATER", include_observed=False) == (
         "alternative must be 'two-sided', 'greater' or 'less', got 'GREATER'")
 
 
@@ -217,37 +211,37 @@ def test_permutation_p_counts_ties_with_the_observed():
 
 
 def test_argument_messages():
-    assert _message(stats.bootstrap_ci, np.mean, np.arange(5.0), confidence=1.0) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.arange(5.0), confidence=1.0) == (
         "confidence must be between 0 and 1 (e.g. 0.95), got 1.0")
-    assert _message(stats.bootstrap_ci, np.mean, np.arange(5.0), confidence=0.0) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.arange(5.0), confidence=0.0) == (
         "confidence must be between 0 and 1 (e.g. 0.95), got 0.0")
-    assert _message(stats.bootstrap_ci, np.mean, np.arange(5.0), n_resamples=True) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.arange(5.0), n_resamples=True) == (
         "n_resamples must be an integer >= 1, got True")
-    assert _message(stats.bootstrap_ci, np.mean, np.arange(5.0), n_resamples=2.0) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.arange(5.0), n_resamples=2.0) == (
         "n_resamples must be an integer >= 1, got 2.0")
-    assert _message(stats.bootstrap_ci, np.mean) == "pass at least one array to resample (arrays)"
-    assert _message(stats.bootstrap_ci, np.mean, np.float64(1.0)) == (
+    assert error_message(stats.bootstrap_ci, np.mean) == "pass at least one array to resample (arrays)"
+    assert error_message(stats.bootstrap_ci, np.mean, np.float64(1.0)) == (
         "arrays[0] is a scalar; pass arrays with one row per sample")
-    assert _message(stats.bootstrap_ci, np.mean, np.ones(3), np.ones(4), np.ones(5)) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.ones(3), np.ones(4), np.ones(5)) == (
         "all arrays must have the same number of rows; first has 3, but [1] has 4, [2] has 5")
-    assert _message(stats.bootstrap_ci, np.mean, np.ones(0)) == "arrays are empty: nothing to resample"
-    assert _message(stats.bootstrap_ci, "mean", np.ones(3)) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.ones(0)) == "arrays are empty: nothing to resample"
+    assert error_message(stats.bootstrap_ci, "mean", np.ones(3)) == (
         "statistic must be a callable taking the resampled arrays")
-    assert _message(stats.paired_bootstrap, np.mean, np.ones(3), np.ones(4)) == (
+    assert error_message(stats.paired_bootstrap, np.mean, np.ones(3), np.ones(4)) == (
         "all inputs must have the same number of rows; first has 3, but [1] has 4")
-    assert _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=[0, 1, 2]) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.ones(4), groups=[0, 1, 2]) == (
         "groups must be a 1-D array with one label per row (4), got shape (3,)")
-    assert _message(stats.bootstrap_ci, np.mean, np.ones(4), strata=np.zeros((4, 1))) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.ones(4), strata=np.zeros((4, 1))) == (
         "strata must be a 1-D array with one label per row (4), got shape (4, 1)")
-    assert _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=[0, 0, 1, 1], strata=[0, 1, 1, 1]) == (
+    assert error_message(stats.bootstrap_ci, np.mean, np.ones(4), groups=[0, 0, 1, 1], strata=[0, 1, 1, 1]) == (
         "1 group(s) span several strata; each group (e.g. patient) must belong to one stratum, "
         "or resample without strata")
-    assert _message(list, stats.resample_indices(0)) == "n must be an integer >= 1, got 0"
+    assert error_message(list, stats.resample_indices(0)) == "n must be an integer >= 1, got 0"
     assert check_count(0, "n_permutations", 0) == 0
     assert check_confidence(0.5) == 0.5 and isinstance(check_confidence(1 / 2), float)
-    assert _message(check_confidence, "high") == "confidence must be a number between 0 and 1 (e.g. 0.95), got 'high'"
-    assert _message(check_confidence, 1.0) == "confidence must be between 0 and 1 (e.g. 0.95), got 1.0"
-    msg = _message(stats.bootstrap_ci, np.mean, np.ones(4), groups=np.array([1, "a", 2.5, 3], dtype=object))
+    assert error_message(check_confidence, "high") == "confidence must be a number between 0 and 1 (e.g. 0.95), got 'high'"
+    assert error_message(check_confidence, 1.0) == "confidence must be between 0 and 1 (e.g. 0.95), got 1.0"
+    msg = error_message(stats.bootstrap_ci, np.mean, np.ones(4), groups=np.array([1, "a", 2.5, 3], dtype=object))
     assert msg.startswith("groups labels cannot be compared (") and msg.endswith("); pass labels of one type")
 
 
@@ -281,7 +275,7 @@ def test_grouped_partition_fractions_and_messages():
     # a part never comes out empty, even for a tiny fraction
     tiny = splits.grouped_partition(np.arange(10), (0.98, 0.01, 0.01))
     assert [len(p) for p in tiny] == [8, 1, 1]
-    assert _message(splits.grouped_partition, [0, 0, 1], (0.4, 0.3, 0.3)) == (
+    assert error_message(splits.grouped_partition, [0, 0, 1], (0.4, 0.3, 0.3)) == (
         "fractions (0.4, 0.3, 0.3) need at least 3 patients (one per part), found 2; add patients or pass fewer "
         "fractions")
 
@@ -319,29 +313,29 @@ def test_delong_formulas_and_boundaries():
 
 def test_delong_messages():
     y, s = np.array([0, 1, 0, 1, 1, 0]), np.arange(6.0)
-    assert _message(stats.delong_test, y[:, None], s, s) == (
+    assert error_message(stats.delong_test, y[:, None], s, s) == (
         "y_true must be a 1-D array with one label per case, got shape (6, 1)")
-    assert _message(stats.delong_test, y, s[:5], s) == (
+    assert error_message(stats.delong_test, y, s[:5], s) == (
         "y_true and score_a must have the same length (one score per case), got 6 labels and 5 scores")
-    assert _message(stats.delong_test, y, s, s[:, None]) == (
+    assert error_message(stats.delong_test, y, s, s[:, None]) == (
         "y_true and score_b must have the same length (one score per case), got 6 labels and 6 scores")
     bad = s.copy()
     bad[[1, 2]] = [np.nan, np.inf]
-    assert _message(stats.delong_test, y, bad, s) == (
+    assert error_message(stats.delong_test, y, bad, s) == (
         "score_a has 2 NaN or infinite values; drop those cases")
-    assert _message(stats.delong_test, y, s, bad) == (
+    assert error_message(stats.delong_test, y, s, bad) == (
         "score_b has 2 NaN or infinite values; drop those cases")
-    assert _message(stats.delong_test, np.array(list("ababab")), s, s) == "y_true must hold 0/1 (or bool) labels"
-    assert _message(stats.delong_test, y * 2, s, s) == (
+    assert error_message(stats.delong_test, np.array(list("ababab")), s, s) == "y_true must hold 0/1 (or bool) labels"
+    assert error_message(stats.delong_test, y * 2, s, s) == (
         "y_true must hold 0/1 (or bool) labels without missing values")
     assert stats.delong_test([0, 1, 1, 1, 1, 0], s, s).p_value == 1.0  # 2 negatives are enough
-    assert _message(stats.delong_test, [0, 1, 1, 1, 1, 1], s, s) == (
+    assert error_message(stats.delong_test, [0, 1, 1, 1, 1, 1], s, s) == (
         "need at least 2 positive and 2 negative cases for the DeLong test, got 5 positive and 1 negative; "
         "a single class has no AUROC")
-    assert _message(stats.delong_test, [1, 0, 0, 0, 0, 0], s, s) == (
+    assert error_message(stats.delong_test, [1, 0, 0, 0, 0, 0], s, s) == (
         "need at least 2 positive and 2 negative cases for the DeLong test, got 1 positive and 5 negative; "
         "a single class has no AUROC")
-    assert _message(stats.delong_test, y, s, s, confidence=1.5) == (
+    assert error_message(stats.delong_test, y, s, s, confidence=1.5) == (
         "confidence must be between 0 and 1 (e.g. 0.95), got 1.5")
 
 
@@ -350,7 +344,7 @@ def test_auroc_known_answers_and_length_message():
     assert stats.auroc([0, 1, 0, 1], [0.5, 0.5, 0.5, 0.5]) == 0.5  # ties count half
     assert stats.auroc([True, False, True], [3.0, 1.0, 2.0]) == 1.0
     assert np.isnan(stats.auroc([1, 1, 1], [0.1, 0.2, 0.3])) and np.isnan(stats.auroc([0, 0], [0.1, 0.2]))
-    assert _message(stats.auroc, [0, 1, 1], [0.1, 0.2]) == (
+    assert error_message(stats.auroc, [0, 1, 1], [0.1, 0.2]) == (
         "y_true and y_score must have the same length, got 3 and 2")
 
 
@@ -390,7 +384,7 @@ def test_bootstrap_defaults_and_invalid_resamples():
     assert np.array_equal(paired.samples,
                           stats.paired_bootstrap(np.mean, a, b, n_resamples=1000, random_state=0).samples)
     assert (paired.estimate_a, paired.estimate_b) == (pytest.approx(a.mean()), pytest.approx(b.mean()))
-    assert _message(stats.paired_bootstrap, np.mean, a, b, n_resamples=0) == (
+    assert error_message(stats.paired_bootstrap, np.mean, a, b, n_resamples=0) == (
         "n_resamples must be an integer >= 1, got 0")
     # resamples where the statistic is undefined are counted and left out
     y = np.r_[np.zeros(27), np.ones(3)]
@@ -425,8 +419,8 @@ def test_resampled_groups_keep_their_rows_in_order_and_defaults():
     default = list(stats.resample_indices(10))
     assert len(default) == 1000
     assert all(np.array_equal(a, b) for a, b in zip(default[:5], stats.resample_indices(10, random_state=0)))
-    assert _message(list, stats.resample_indices(10, n_resamples=0)) == "n_resamples must be an integer >= 1, got 0"
-    assert _message(stats.permutation_test, np.subtract, np.ones(3), np.ones(3), n_permutations=0) == (
+    assert error_message(list, stats.resample_indices(10, n_resamples=0)) == "n_resamples must be an integer >= 1, got 0"
+    assert error_message(stats.permutation_test, np.subtract, np.ones(3), np.ones(3), n_permutations=0) == (
         "n_permutations must be an integer >= 1, got 0")
 
 
@@ -448,7 +442,7 @@ def test_interval_results_keep_their_settings_and_types():
 
 def test_delong_missing_scores_from_lists():
     y = [0, 1, 0, 1, 1, 0]
-    assert _message(stats.delong_test, y, [0.1, None, 0.3, 0.8, 0.7, 0.2], np.arange(6.0)) == (
+    assert error_message(stats.delong_test, y, [0.1, None, 0.3, 0.8, 0.7, 0.2], np.arange(6.0)) == (
         "score_a has 1 NaN or infinite values; drop those cases")
 
 
@@ -466,22 +460,22 @@ def test_grouped_partition_relative_shares_and_small_parts():
 def test_missing_group_or_stratum_ids_are_refused_not_merged_into_one_patient():
     x = np.arange(6.0)
     groups = np.array([np.nan, np.nan, 1.0, 1.0, 2.0, np.nan])
-    assert _message(stats.bootstrap_ci, np.mean, x, groups=groups, n_resamples=5) == (
+    assert error_message(stats.bootstrap_ci, np.mean, x, groups=groups, n_resamples=5) == (
         "groups has 3 missing value(s) (NaN or None); give every row its patient id, or drop those rows")
-    assert _message(lambda: list(stats.resample_indices(6, n_resamples=2, groups=[None, "a", "a", "b", "b", "c"]))) == (
+    assert error_message(lambda: list(stats.resample_indices(6, n_resamples=2, groups=[None, "a", "a", "b", "b", "c"]))) == (
         "groups has 1 missing value(s) (NaN or None); give every row its patient id, or drop those rows")
-    assert _message(stats.paired_bootstrap, np.mean, x, x, strata=[0, 0, 1, 1, np.nan, 1], n_resamples=5) == (
+    assert error_message(stats.paired_bootstrap, np.mean, x, x, strata=[0, 0, 1, 1, np.nan, 1], n_resamples=5) == (
         "strata has 1 missing value(s) (NaN or None); give every row its stratum, or drop those rows")
-    assert _message(stats.group_permuter, ["a", None, "b"]) == (
+    assert error_message(stats.group_permuter, ["a", None, "b"]) == (
         "groups has 1 missing value(s) (NaN or None); give every row its patient id, or drop those rows")
 
 
 def test_auroc_refuses_labels_other_than_0_1_and_missing_scores():
-    assert _message(stats.auroc, [-1, 1, -1, 1], [0.1, 0.8, 0.3, 0.9]) == (
+    assert error_message(stats.auroc, [-1, 1, -1, 1], [0.1, 0.8, 0.3, 0.9]) == (
         "y_true must hold 0/1 (or bool) labels, but 2 labels are not (e.g. [-1]); map them to 0 (negative) "
         "and 1 (positive)")
-    assert _message(stats.auroc, [0, 1, np.nan, 1], [0.1, 0.8, 0.3, 0.9]) == (
+    assert error_message(stats.auroc, [0, 1, np.nan, 1], [0.1, 0.8, 0.3, 0.9]) == (
         "y_true has 1 missing value(s) (NaN or None); give every row its label, or drop those rows")
-    assert _message(stats.auroc, [0, 1, 0, 1], [0.1, np.nan, 0.3, np.inf]) == (
+    assert error_message(stats.auroc, [0, 1, 0, 1], [0.1, np.nan, 0.3, np.inf]) == (
         "y_score has 2 NaN or infinite value(s); drop those cases")
     assert stats.auroc(np.array([0.0, 1.0, 0.0, 1.0]), [0.1, 0.8, 0.3, 0.9]) == 1.0  # 0/1 as float is fine

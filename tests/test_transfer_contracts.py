@@ -17,12 +17,7 @@ from sklearn.model_selection import KFold
 from crslib import transfer as T
 from crslib.splits import grouped_split
 from crslib.errors import InputError
-
-
-def _message(fn, *args, **kwargs) -> str:
-    with pytest.raises(InputError) as info:
-        fn(*args, **kwargs)
-    return str(info.value)
+from assertions import error_message
 
 
 def _data(n=80, d_src=6, d_dst=4, noise=0.5, seed=0):
@@ -111,31 +106,31 @@ def test_held_out_r2_formula():
 
 def test_linear_map_messages():
     X, Y = _data()
-    assert _message(T.fit_linear_map, X, Y, method="cca") == (
+    assert error_message(T.fit_linear_map, X, Y, method="cca") == (
         f"method must be one of {T.MAP_METHODS}, got 'cca'")
-    assert _message(T.fit_linear_map, X[:1], Y[:1]) == "X_src needs at least 2 rows and 1 column, got shape (1, 6)"
-    assert _message(T.fit_linear_map, X, Y[:10]) == (
+    assert error_message(T.fit_linear_map, X[:1], Y[:1]) == "X_src needs at least 2 rows and 1 column, got shape (1, 6)"
+    assert error_message(T.fit_linear_map, X, Y[:10]) == (
         "X_src and X_dst must hold the same images in the same order; they have 80 and 10 rows")
-    assert _message(T.fit_linear_map, X, Y, alphas=[1.0, 0.0]) == (
+    assert error_message(T.fit_linear_map, X, Y, alphas=[1.0, 0.0]) == (
         "alphas must be positive finite numbers, got [1.0, 0.0]")
-    assert _message(T.fit_linear_map, X, Y, alphas=[]) == "alphas must be positive finite numbers, got []"
-    assert _message(T.fit_linear_map, X, Y, alphas=[np.inf]) == "alphas must be positive finite numbers, got [inf]"
-    assert _message(T.fit_linear_map, X, Y, cv=1) == "cv must be an integer >= 2, got 1"
-    assert _message(T.fit_linear_map, X, Y, cv=True) == "cv must be an integer >= 2, got True"
-    assert _message(T.fit_linear_map, X, Y, cv=2.0) == "cv must be an integer >= 2, got 2.0"
+    assert error_message(T.fit_linear_map, X, Y, alphas=[]) == "alphas must be positive finite numbers, got []"
+    assert error_message(T.fit_linear_map, X, Y, alphas=[np.inf]) == "alphas must be positive finite numbers, got [inf]"
+    assert error_message(T.fit_linear_map, X, Y, cv=1) == "cv must be an integer >= 2, got 1"
+    assert error_message(T.fit_linear_map, X, Y, cv=True) == "cv must be an integer >= 2, got True"
+    assert error_message(T.fit_linear_map, X, Y, cv=2.0) == "cv must be an integer >= 2, got 2.0"
     assert T.fit_linear_map(X, Y, cv=2).alpha_ is not None
     m = T.fit_linear_map(X, Y)
-    assert _message(T.held_out_r2, "map", X, Y) == "map must be a LinearMap from fit_linear_map"
-    assert _message(T.held_out_r2, m, X, Y[:, :3]) == "X_dst_test has 3 features but the map outputs 4"
-    assert _message(T.held_out_r2, m, X, Y[:5]) == (
+    assert error_message(T.held_out_r2, "map", X, Y) == "map must be a LinearMap from fit_linear_map"
+    assert error_message(T.held_out_r2, m, X, Y[:, :3]) == "X_dst_test has 3 features but the map outputs 4"
+    assert error_message(T.held_out_r2, m, X, Y[:5]) == (
         "X_src_test and X_dst_test must hold the same images in the same order; they have 80 and 5 rows")
-    assert _message(T.held_out_r2, m, X, np.ones_like(Y)) == (
+    assert error_message(T.held_out_r2, m, X, np.ones_like(Y)) == (
         "X_dst_test is constant over the test images; R^2 is undefined")
-    assert _message(m.predict, X[:, :5]) == (
+    assert error_message(m.predict, X[:, :5]) == (
         "X has 5 features but the map was fitted on 6; pass embeddings of the source model")
     Y_bad = Y.copy()
     Y_bad[3, 1] = np.nan
-    assert _message(T.fit_linear_map, X, Y_bad) == (
+    assert error_message(T.fit_linear_map, X, Y_bad) == (
         "X_dst has NaN or infinite values in 1 row(s), first rows [3]; drop or re-extract those images")
 
 
@@ -178,29 +173,29 @@ def test_classifier_transfer_index_messages():
     def call(**changes):
         return T.classifier_transfer(old, new, labels, **{"n_resamples": 20, **sets, **changes})
 
-    assert _message(call, map_idx=np.ones(5, bool)) == (
+    assert error_message(call, map_idx=np.ones(5, bool)) == (
         "map_idx as a boolean mask must have one entry per image (300), got shape (5,)")
-    assert _message(call, train_idx=np.arange(4.0)) == (
+    assert error_message(call, train_idx=np.arange(4.0)) == (
         "train_idx must be a 1-D array of integer row indices, got float64 (4,)")
-    assert _message(call, test_idx=np.arange(4).reshape(2, 2)) == (
+    assert error_message(call, test_idx=np.arange(4).reshape(2, 2)) == (
         "test_idx must be a 1-D array of integer row indices, got int64 (2, 2)")
-    assert _message(call, test_idx=np.array([], dtype=int)) == "test_idx is empty"
-    assert _message(call, test_idx=[]) == "test_idx is empty"
-    assert _message(call, test_idx=[299, 300]) == "test_idx has indices outside 0..299"
-    assert _message(call, test_idx=[-1, 250]) == "test_idx has indices outside 0..299"
-    assert _message(call, test_idx=[250, 250]) == "test_idx repeats some images; pass each index once"
-    assert _message(call, test_idx=np.arange(190, 300)) == (
+    assert error_message(call, test_idx=np.array([], dtype=int)) == "test_idx is empty"
+    assert error_message(call, test_idx=[]) == "test_idx is empty"
+    assert error_message(call, test_idx=[299, 300]) == "test_idx has indices outside 0..299"
+    assert error_message(call, test_idx=[-1, 250]) == "test_idx has indices outside 0..299"
+    assert error_message(call, test_idx=[250, 250]) == "test_idx repeats some images; pass each index once"
+    assert error_message(call, test_idx=np.arange(190, 300)) == (
         "train_idx and test_idx share 10 image(s) (e.g. rows [190, 191, 192, 193, 194]); "
         "the map, training and test images must be disjoint")
-    assert _message(call, train_idx=np.arange(99, 200)) == (
+    assert error_message(call, train_idx=np.arange(99, 200)) == (
         "map_idx and train_idx share 1 image(s) (e.g. rows [99]); "
         "the map, training and test images must be disjoint")
     patients = np.arange(300) // 2
     patients[250] = 0  # patient 0 also in the map images
-    assert _message(call, groups=patients) == (
+    assert error_message(call, groups=patients) == (
         "map_idx and test_idx share 1 patient(s) (e.g. [0]); split by patient so that no patient is in two parts")
-    assert _message(call, groups=patients[:10]) == "groups must have one patient id per image (300), got shape (10,)"
-    assert _message(call, n_resamples=0) == "n_resamples must be an integer >= 1, got 0"
+    assert error_message(call, groups=patients[:10]) == "groups must have one patient id per image (300), got shape (10,)"
+    assert error_message(call, n_resamples=0) == "n_resamples must be an integer >= 1, got 0"
     mask = np.zeros(300, bool)
     mask[:100] = True
     by_mask = call(map_idx=mask)
@@ -221,21 +216,21 @@ def test_transfer_sweep_messages_and_limits():
         options = {"groups": groups, "n_values": (4,), "n_resamples": 10, **changes}
         return T.transfer_sweep(options.pop("X_old", old), options.pop("X_new", new), labels, **options)
 
-    assert _message(sweep, X_new=new[:39]) == (
+    assert error_message(sweep, X_new=new[:39]) == (
         "X_old and X_new must hold the same images in the same order; they have 40 and 39 rows")
-    assert _message(sweep, groups=groups[:5]) == "groups must have one patient id per image (40), got shape (5,)"
+    assert error_message(sweep, groups=groups[:5]) == "groups must have one patient id per image (40), got shape (5,)"
     for bad in [(0.5, 0.5), (0.5, 0.5, 0.0), (0.6, 0.5, -0.1), (0.5, 0.25, 0.2)]:
-        assert _message(sweep, fractions=bad) == (
+        assert error_message(sweep, fractions=bad) == (
             f"fractions must be three positive shares (map, train, test) summing to 1, got {bad}")
     for bad in (1, True, 2.5):
-        assert _message(sweep, n_values=(4, bad)) == f"n_values must hold integers >= 2, got {bad!r}"
+        assert error_message(sweep, n_values=(4, bad)) == f"n_values must hold integers >= 2, got {bad!r}"
     assert sweep(n_values=(2,)).table["n_map"].tolist() == [2]
     few = np.array([0, 0, 0, 0, 0, 0, 1, 1, 2, 3] * 4)
-    assert _message(sweep, groups=few, fractions=(0.9, 0.05, 0.05)) == (
+    assert error_message(sweep, groups=few, fractions=(0.9, 0.05, 0.05)) == (
         "the probe test part has 0 image(s); need more patients (got 4) or different fractions")
     missing = groups.astype(object)
     missing[3] = None
-    assert _message(sweep, groups=missing) == "groups has missing patient ids; give every image a patient"
+    assert error_message(sweep, groups=missing) == "groups has missing patient ids; give every image a patient"
 
 
 def test_transfer_sweep_split_defaults_and_pool():
@@ -373,7 +368,7 @@ def test_transfer_sweep_rows_equal_classifier_transfer_on_the_same_split():
         assert sweep.loc[sweep["n_map"] == nv, "alpha"].iloc[0] == direct.alpha
         assert direct.n_map == nv
     assert sweep.index.tolist() == list(range(len(sweep)))
-    assert _message(T.classifier_transfer, old, new[:5], labels, map_idx=[0, 1], train_idx=[2, 3],
+    assert error_message(T.classifier_transfer, old, new[:5], labels, map_idx=[0, 1], train_idx=[2, 3],
                     test_idx=[4, 5]) == (
         "X_old and X_new must hold the same images in the same order; they have 160 and 5 rows")
 
@@ -453,8 +448,8 @@ def test_linear_map_predict_checks_its_input_and_returns_float64():
     out = lin.predict(X[:5].astype(np.float32))
     assert out.dtype == np.float64
     np.testing.assert_allclose(out, lin.predict(X[:5]), rtol=1e-5)
-    assert _message(lin.predict, X[:, :3]).startswith("X ")
-    assert _message(lin.predict, np.array([["a"] * 6] * 3)).startswith("X must hold numbers")
+    assert error_message(lin.predict, X[:, :3]).startswith("X ")
+    assert error_message(lin.predict, np.array([["a"] * 6] * 3)).startswith("X must hold numbers")
 
 
 def test_transfer_results_serialise_every_field():
