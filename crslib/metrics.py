@@ -96,8 +96,8 @@ def _check_prob(y_prob: Any, name: str = "y_prob") -> np.ndarray:
     return p
 
 
-def _check_labels(y_true: Any, name: str = "y_true") -> np.ndarray:
-    arr = _as_1d(y_true, name)
+def _check_labels(arr: np.ndarray) -> np.ndarray:
+    """One-dimensional labels (``check_binary`` has shaped them) as 0/1 int64."""
     if arr.dtype == bool:
         return arr.astype(np.int64)
     if arr.dtype.kind in "iu":

@@ -255,6 +255,11 @@ def test_ece_quantile_hand_computed_and_ties_kept_together():
     perm = np.array([5, 3, 0, 2, 4, 1])
     assert metrics.calibration_error(y_t, p_t, n_bins=2, strategy="quantile") == pytest.approx(
         metrics.calibration_error(y_t[perm], p_t[perm], n_bins=2, strategy="quantile"))
+    # more bins than cases: sizes (1, 1, 1, 0, 0); each case keeps its own bin and the empty trailing
+    # bins close at 1.0, so the last case's bin still ends at 1.0
+    curve = metrics.reliability_curve([0, 1, 1], [0.2, 0.5, 0.9], n_bins=5, strategy="quantile", n_resamples=5)
+    assert curve["bin"].tolist() == [0, 1, 2] and curve["count"].tolist() == [1, 1, 1]
+    assert curve["low_edge"].tolist() == [0.0, 0.5, 0.9] and curve["high_edge"].tolist() == [0.5, 0.9, 1.0]
 
 
 def test_ece_small_for_calibrated_data_and_large_for_distorted():

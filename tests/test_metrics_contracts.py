@@ -287,6 +287,10 @@ def test_calibration_transfer_columns_and_defaults():
         assert row.brier_after == pytest.approx(M.brier_loss(ye, after))
     five = M.calibration_transfer(y[:600], p[:600], ye, pe, methods="platt", n_bins=5, fit_name="val split")
     assert five["method"].tolist() == ["none", "platt"] and set(five["fitted_on"]) == {"val split"}
+    platt = M.fit_calibrator(y[:600], p[:600], method="platt").transform(pe)
+    assert five.iloc[1]["ece_uniform_after"] == pytest.approx(M.calibration_error(ye, platt, n_bins=5))
+    # n_bins reaches the uniform ECE too (calibrated probabilities miss on both sides, so merging bins changes it)
+    assert five.iloc[1]["ece_uniform_after"] != pytest.approx(table.iloc[2]["ece_uniform_after"])
     assert five.iloc[1]["ece_quantile_after"] == pytest.approx(
         M.calibration_error(ye, M.fit_calibrator(y[:600], p[:600], method="platt").transform(pe), n_bins=5,
                             strategy="quantile"))
