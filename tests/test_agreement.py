@@ -15,6 +15,7 @@ from crslib import neighbors as nb
 from crslib import similarity as sim
 from crslib import subgroups as sg
 from crslib.errors import InputError
+from assertions import error_message
 
 
 def _rng(seed=0):
@@ -792,9 +793,8 @@ def test_convergence_pairs_skip_other_architectures_and_check_model_info():
     alone = ag.convergence_pairs(A.loc[["wide0", "s0"], ["wide0", "s0"]], info)
     assert alone.empty and list(alone.columns) == ["model_a", "model_b", "architecture", "objective_a",
                                                    "objective_b", "seed_a", "seed_b", "overlap"]
-    with pytest.raises(InputError, match="model_info must be a DataFrame with columns name, objective, seed, "
-                                         "architecture"):
-        ag.convergence_pairs(A, info.to_dict())
+    assert error_message(ag.convergence_pairs, A, info.to_dict()) == (
+        "model_info must be a DataFrame with columns name, objective, seed, architecture")
     with pytest.raises(InputError, match=r"model_info lists model\(s\) \['s1'\] more than once"):
         ag.convergence_pairs(A, pd.concat([info, info.iloc[[2]]]))
     with pytest.raises(InputError, match=r"model_info has no row for model\(s\) \['s2'\]"):
@@ -1146,3 +1146,21 @@ def test_factor_table_on_real_embeddings_finds_the_injected_factor():
     assert summary.values.tolist() == [["seed", 2, 0.4, 0.3, 0.5], ["init", 1, 0.1, 0.1, 0.1]]
     with pytest.raises(InputError, match="factor_pairs"):
         factor_table(pairs.drop(columns="overlap"))
+
+
+def test_agreement_matrix_checks_search_options_before_any_search():
+    """A bad nprobe or target_recall is refused up front, with its bare message (a search would prefix the
+    model's name, and with a scheduler the cluster would already be running)."""
+    X = np.random.default_rng(0).normal(size=(50, 4))
+    pair = {"a": X, "b": X[:, ::-1].copy()}
+    assert error_message(ag.agreement_matrix, pair, k=5, nprobe=0) == (
+        "nprobe must be a positive integer or None, got 0")
+    assert error_message(ag.agreement_matrix, pair, k=5, target_recall=1.5) == (
+        "target_recall must be a number in (0, 1], got 1.5")
+
+
+def test_agreement_matrix_checks_recall_on_20000_sampled_queries_by_default():
+    X = np.random.default_rng(0).normal(size=(20_100, 4)).astype(np.float32)
+    res = ag.agreement_matrix({"a": X, "b": X[:, ::-1].copy()}, k=5, index="ivf", nprobe=4, target_recall=None)
+    assert res.search["a"]["recall_sample"] == res.search["b"]["recall_sample"] == 20_000
+    assert res.overlap.loc["a", "b"] > 0.95  # reversed columns: the same geometry
