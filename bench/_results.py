@@ -26,12 +26,17 @@ def results_path() -> Path:
 
 
 def _commit() -> str:
+    """HEAD's short hash, with ``+changes`` when tracked files other than the results differ from it
+    (the numbers then come from code that no commit holds)."""
+    git = ["git", "-C", str(REPO_ROOT)]
     try:
-        out = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"],
-                             capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() or "unknown"
+        head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        changed = subprocess.run([*git, "status", "--porcelain", "--untracked-files=no", "--", ".",
+                                  ":(exclude)bench/results.json"], capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    commit = head.stdout.strip() or "unknown"
+    return commit + "+changes" if commit != "unknown" and changed.stdout.strip() else commit
 
 
 def _command() -> str:

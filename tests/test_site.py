@@ -54,6 +54,27 @@ def test_bench_record_replaces_only_its_own_entry(tmp_path, monkeypatch) -> None
     assert data["benchmarks"]["book"]["machine"]["cpus"] >= 1
 
 
+def test_bench_commit_says_when_the_measured_code_is_not_committed(tmp_path, monkeypatch) -> None:
+    import subprocess
+
+    results = _load("bench_results", REPO_ROOT / "bench" / "_results.py")
+    repo = tmp_path / "repo"
+    (repo / "bench").mkdir(parents=True)
+    (repo / "bench" / "bench_x.py").write_text("print(1)\n")
+    (repo / "bench" / "results.json").write_text("{}\n")
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "x"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    monkeypatch.setattr(results, "REPO_ROOT", repo)
+    (repo / "bench" / "results.json").write_text('{"benchmarks": {}}\n')  # the results alone: still HEAD's code
+    (repo / "notes.txt").write_text("untracked\n")
+    assert results._commit() == head
+    (repo / "bench" / "bench_x.py").write_text("print(2)\n")
+    assert results._commit() == head + "+changes"
+
+
 def test_bench_directive_renders_rows_and_says_when_nothing_is_recorded(crs_book, tmp_path) -> None:
     missing = crs_book._bench_nodes(tmp_path / "absent.json")
     assert len(missing) == 1 and "make bench" in missing[0].astext()
