@@ -7,6 +7,7 @@ import json
 import faiss
 import numpy as np
 import pytest
+from distributed import get_task_stream
 
 from crslib import agreement as ag
 from crslib import ann
@@ -581,6 +582,28 @@ def test_knn_search_on_dask_equals_in_process(client):
     assert "target 0.99 not met by ivf" in rinfo["fallback"] and rinfo["params"]["target_met"] is False
 
 
+def test_agreement_matrix_bounds_a_pair_of_one_exact_and_one_approximate_search(client):
+    """With workers, a model whose recall target is out of reach is searched exactly (recall 1) while its
+    partner keeps its approximate neighbours: the pair's bound counts the partner's recall alone."""
+    hard = _rng(12).normal(size=(3000, 64))  # Gaussian noise: no cells hold its neighbours
+    easy = _clustered(3000, d=16, n_centres=40, spread=0.2, seed=11)  # tight clusters, one per cell
+    res = ag.agreement_matrix({"hard": hard, "easy": easy}, k=10, index="ivf", recall_sample=500,
+                              target_recall=0.9, scheduler=client)
+    assert res.search["hard"]["index"] == "exact" and res.search["hard"]["recall"] is None
+    assert res.search["easy"]["index"] == "ivf" and res.search["easy"]["recall"] is not None
+    low = res.search["easy"]["recall_ci"][0]
+    assert res.overlap_error_bound == {"hard|easy": pytest.approx(1.0 - low)} and 1.0 - low > 0
+
+
+def test_agreement_matrix_on_a_single_worker_searches_there():
+    """One worker: the models are searched one after the other, each on the cluster (not in this process)."""
+    emb = _models(600, seed=3)
+    with open_client("local:1") as one, get_task_stream(one) as stream:
+        res = ag.agreement_matrix(emb, k=5, scheduler=one)
+    assert len(stream.data) >= len(emb)
+    assert res.overlap.equals(ag.agreement_matrix(emb, k=5).overlap)
+
+
 def test_agreement_matrix_on_dask_equals_in_process(client):
     emb = _models(2000, seed=13)
     groups = _rng(13).integers(0, 500, 2000)
@@ -588,8 +611,10 @@ def test_agreement_matrix_on_dask_equals_in_process(client):
     B, per_b = ag.agreement_matrix(emb, k=10, exclude_groups=groups, return_per_image=True, scheduler=client)
     assert A.overlap.equals(B.overlap) and per.equals(per_b)
     A = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=500)
-    B = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=500, scheduler=client)
+    with get_task_stream(client) as stream:
+        B = ag.agreement_matrix(emb, k=10, index="ivf", recall_sample=500, scheduler=client)
     assert A.overlap.equals(B.overlap) and A.overlap_error_bound == B.overlap_error_bound
+    assert len(stream.data) >= len(emb)  # one search task per model at least ran on the workers
     with pytest.raises(InputError, match="model 'c'"):
         ag.agreement_matrix({**emb, "c": np.zeros((2000, 3))}, k=10, scheduler=client)
 
