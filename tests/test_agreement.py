@@ -232,6 +232,7 @@ def test_agreement_matrix_matches_pairs_and_searches_once_per_model(monkeypatch)
     A = res.overlap
     names = list(emb)
     assert list(A.index) == names and list(A.columns) == names
+    assert A.index.name == A.columns.name == "model"  # the CSV's header cell
     assert np.allclose(np.diag(A), 1.0) and np.allclose(A, A.T)
     assert per.shape == (400, 6)
     for i, a in enumerate(names):

@@ -593,6 +593,9 @@ def test_agreement_matrix_bounds_a_pair_of_one_exact_and_one_approximate_search(
     assert res.search["easy"]["index"] == "ivf" and res.search["easy"]["recall"] is not None
     low = res.search["easy"]["recall_ci"][0]
     assert res.overlap_error_bound == {"hard|easy": pytest.approx(1.0 - low)} and 1.0 - low > 0
+    swapped = ag.agreement_matrix({"easy": easy, "hard": hard}, k=10, index="ivf", recall_sample=500,
+                                  target_recall=0.9, scheduler=client)
+    assert swapped.overlap_error_bound == {"easy|hard": pytest.approx(1.0 - low)}
 
 
 def test_agreement_matrix_on_a_single_worker_searches_there():
