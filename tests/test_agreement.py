@@ -234,7 +234,7 @@ def test_agreement_matrix_matches_pairs_and_searches_once_per_model(monkeypatch)
     assert list(A.index) == names and list(A.columns) == names
     assert A.index.name == A.columns.name == "model"  # the CSV's header cell
     assert np.allclose(np.diag(A), 1.0) and np.allclose(A, A.T)
-    assert per.shape == (400, 6)
+    assert per.shape == (400, 6) and per.columns.names == ["model_a", "model_b"]
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             assert A.loc[a, b] == pytest.approx(ag.mutual_knn_overlap(emb[a], emb[b], k=10))
