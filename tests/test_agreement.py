@@ -199,8 +199,8 @@ def test_bad_input_messages():
         nb.knn_indices(X, k=1, metric="manhattan")
     with pytest.raises(InputError, match="model 'b'"):
         ag.agreement_matrix({"a": X, "b": zero}, k=2)
-    with pytest.raises(InputError, match="repeats a neighbour"):
-        ag.overlap_from_indices([[1, 1]], [[1, 2]])
+    assert error_message(ag.overlap_from_indices, [[1, 1]], [[1, 2]]) == "I_a repeats a neighbour within row(s) [0]"
+    assert error_message(ag.overlap_from_indices, [[1, 2]], [[0, 0]]) == "I_b repeats a neighbour within row(s) [0]"
 
 
 # --------------------------------------------------------------------------- agreement matrix
