@@ -65,8 +65,9 @@ def machine() -> dict:
         "python": platform.python_version(),
         "load_average_1min": round(load, 2),
     }
-    if _gpu():
-        info["gpu"] = _gpu()
+    gpu = _gpu()
+    if gpu:
+        info["gpu"] = gpu
     return info
 
 

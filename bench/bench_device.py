@@ -41,8 +41,8 @@ import torch  # noqa: E402
 from crslib.data import load_data  # noqa: E402
 from crslib.embed import extract_embeddings  # noqa: E402
 from crslib.models import finetune_classifier, load_encoder  # noqa: E402
-from crslib.stats import auroc  # noqa: E402
 from crslib.neighbors import knn_indices  # noqa: E402
+from crslib.stats import auroc  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _results import record, row  # noqa: E402
