@@ -201,6 +201,8 @@ def test_bad_input_messages():
         ag.agreement_matrix({"a": X, "b": zero}, k=2)
     assert error_message(ag.overlap_from_indices, [[1, 1]], [[1, 2]]) == "I_a repeats a neighbour within row(s) [0]"
     assert error_message(ag.overlap_from_indices, [[1, 2]], [[0, 0]]) == "I_b repeats a neighbour within row(s) [0]"
+    assert error_message(ag.overlap_from_indices, [[1, 2]], [[0, 1, 2]]) == (
+        "I_a and I_b must have the same shape (N, k), got (1, 2) and (1, 3)")
 
 
 # --------------------------------------------------------------------------- agreement matrix
