@@ -509,6 +509,13 @@ def _models(n=3000, seed=11):
     }
 
 
+def test_agreement_matrix_checks_recall_on_20000_sampled_queries_by_default():
+    X = np.random.default_rng(0).normal(size=(20_100, 4)).astype(np.float32)
+    res = ag.agreement_matrix({"a": X, "b": X[:, ::-1].copy()}, k=5, index="ivf", nprobe=4, target_recall=None)
+    assert res.search["a"]["recall_sample"] == res.search["b"]["recall_sample"] == 20_000
+    assert res.overlap.loc["a", "b"] > 0.95  # reversed columns: the same geometry
+
+
 def test_agreement_matrix_approximate_reports_search_and_bound():
     emb = _models()
     exact = ag.agreement_matrix(emb, k=10)
