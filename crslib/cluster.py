@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -122,8 +123,9 @@ def run_tasks(
     tasks : sequence of tuples
         Positional arguments of each task.
     shared : dict, optional
-        Keyword arguments every task gets; sent to each worker once
-        (``scatter(broadcast=True)``), not once per task.
+        Keyword arguments every task gets; sent to the cluster once, as a
+        task that returns them (rebuilt if its worker dies), not once per
+        task.
     keys : sequence of str, optional
         Dask keys, one per task (e.g. content hashes), so a task the cluster
         already holds is not computed twice.
@@ -141,11 +143,16 @@ def run_tasks(
         return results
     from distributed import as_completed
 
-    scattered = {name: client.scatter(value, broadcast=True, hash=False) for name, value in shared.items()}
+    # Scattered data cannot be rebuilt: dask's memory manager drops broadcast
+    # replicas, and when the last worker holding one dies every task that
+    # needs it is cancelled. A task that returns the value is rerun instead.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sending large graph", category=UserWarning)
+        held = {name: client.submit(_shared_value, value, pure=False) for name, value in shared.items()}
     futures = []
     for i, task in enumerate(tasks):
         extra = {"key": keys[i]} if keys is not None else {}
-        futures.append(client.submit(function, *task, **scattered, pure=False, **extra))
+        futures.append(client.submit(function, *task, **held, pure=False, **extra))
     # two tasks with the same content key share one future
     positions: dict[str, list[int]] = {}
     for i, future in enumerate(futures):
@@ -159,9 +166,13 @@ def run_tasks(
                 if on_result is not None:
                     on_result(i, value)
     finally:
-        for future in futures:
+        for future in [*futures, *held.values()]:
             future.release()
     return results
+
+
+def _shared_value(value: Any) -> Any:
+    return value
 
 
 def worker_count(client: Any) -> int:

@@ -221,3 +221,16 @@ def test_compare_on_a_cluster_equals_in_process(client) -> None:
     assert there.per_image == here.per_image and there.overlap == here.overlap
     assert there.reference_overlap == here.reference_overlap
     assert here.search["old"]["index"] == "exact" and here.overlap_error_bound == 0.0
+
+
+def test_a_lone_worker_killed_mid_run_gets_the_shared_encoder_back(manifest, tmp_path) -> None:
+    # The only worker holds the only copy of the encoder when it dies: the
+    # replacement must rebuild it, not cancel every task that needs it.
+    marker = tmp_path / "killed"
+    expected = extract_embeddings(manifest, KillOnceEncoder(marker), cache=False, shard_size=SHARD,
+                                  batch_size=4, progress=False).X
+    with open_client("local:1") as lone:
+        result = extract_embeddings(manifest, KillOnceEncoder(marker), shard_size=SHARD, batch_size=4,
+                                    cache_root=tmp_path / "cache", scheduler=lone)
+    assert marker.exists(), "no worker was killed; the test did not test anything"
+    assert np.array_equal(result.X, expected)
