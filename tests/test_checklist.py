@@ -661,8 +661,8 @@ def test_evidence_type_messages_and_extra_ids(caplog):
         f"fields {', '.join(ITEMS[0].required)}")
     with caplog.at_level(logging.WARNING, logger="crslib.checklist"):
         build_checklist({"zeta": {}, "alpha": {}})
-    assert f"evidence has ids that are not checklist items, kept under 'extra': alpha, zeta (items are {ids})" \
-        in caplog.text
+    assert [r.getMessage() for r in caplog.records] == [
+        f"evidence has ids that are not checklist items, kept under 'extra': alpha, zeta (items are {ids})"]
 
 
 def test_paper_numbers_have_one_home_and_the_checklist_quotes_them():
@@ -758,3 +758,48 @@ def test_concern_labels_intervals_with_the_recorded_confidence():
                                                                                  "interval 0.900-0.980)")
     assert item_concern("shortcut", found, None).endswith("(balanced accuracy 0.950, interval 0.900-0.980)")
     assert "95%" not in item_concern("split", {}, {"value": 0.7, "low": 0.51, "high": 0.8})
+
+
+def test_concern_rules_are_strict_at_their_bounds_and_read_only_finite_numbers():
+    from crslib.checklist import item_concern
+
+    def shortcut(low, **fields):
+        return item_concern("shortcut", {"pool_balanced_accuracy": {"estimate": 0.9, "low": low, "high": 0.95},
+                                         **fields}, None)
+
+    assert shortcut(0.5) == ""  # an interval that reaches chance shows nothing
+    assert shortcut(0.51).startswith("file properties alone predict the label")
+    # a bound that is not a finite number is no evidence of a shortcut
+    for low in (None, True, math.inf, NAN, "0.8"):
+        assert shortcut(low) == "", low
+    assert item_concern("calibration", {}, {"value": 0.0}) == ""  # no change is not worse
+    assert item_concern("calibration", {}, {"value": True}) == ""
+    # only a confidence strictly between 0 and 1 labels the interval
+    for confidence, label in ((0.9, "90% interval"), (0, "interval"), (1, "interval"), (1.5, "interval"),
+                              (True, "interval"), ("0.9", "interval")):
+        assert shortcut(0.6, confidence=confidence).endswith(f", {label} 0.600-0.950)"), confidence
+
+
+def test_leakage_counts_that_are_absent_or_not_integers_count_as_zero():
+    from crslib.checklist import item_concern
+
+    at_chance = {"value": 0.52, "low": 0.45, "high": 0.6}
+    # only the exact counts recorded: the other kinds are absent, not crossing
+    only_exact = {"exact_duplicates_across": 2, "exact_test_images": 3}
+    assert item_concern("split", {"leakage": only_exact}, at_chance) == (
+        "exact duplicate images cross the split (2 clusters, 3 test images)")
+    assert item_concern("split", {"leakage": {}}, at_chance) == ""
+    for count in (True, 2.5, "2", None):
+        assert item_concern("split", {"leakage": {"exact_duplicates_across": count}}, at_chance) == "", count
+
+
+def test_a_missing_field_is_found_wherever_the_effect_comes_in_the_item():
+    import dataclasses
+
+    from crslib.checklist import _assess
+
+    spec = next(s for s in ITEMS if s.item_id == "threshold")
+    assert spec.required[-1] == "effect"
+    effect_first = dataclasses.replace(spec, required=("effect", *spec.required[:-1]))
+    recorded = {"effect": _full()["threshold"]["effect"], "fitted_on": "validation"}
+    assert _assess(effect_first, recorded) == _assess(spec, recorded) == ["rule not recorded"]
