@@ -21,9 +21,14 @@ READER_DISPLAY = {"display.max_columns": None, "display.max_rows": 1000, "displa
                   "display.precision": 3, "display.width": None}
 
 
+#: What a book table shows in a cell that has no value (pandas would print "NaN" or "None").
+MISSING_CELL = "\u2014"
+
+
 def set_reader_display() -> dict[str, Any]:
-    """Show tables as a reader needs them: never truncated (no ``...``, no "rows x columns" footer) and
-    rounded to 3 decimals. Returns the options set.
+    """Show tables as a reader needs them: never truncated (no ``...``, no "rows x columns" footer),
+    rounded to 3 decimals, and, inside a notebook, with :data:`MISSING_CELL` in cells without a value
+    (a single-model group has no same-group mean, a change needs two values). Returns the options set.
 
     Examples
     --------
@@ -33,7 +38,32 @@ def set_reader_display() -> dict[str, Any]:
     """
     for name, value in READER_DISPLAY.items():
         pd.set_option(name, value)
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython comes with the notebook stack
+        return dict(READER_DISPLAY)
+    shell = get_ipython()
+    if shell is not None:
+        shell.display_formatter.formatters["text/html"].for_type(pd.DataFrame, reader_html)
     return dict(READER_DISPLAY)
+
+
+def reader_html(frame: pd.DataFrame) -> str:
+    """The notebook HTML of ``frame`` as pandas writes it, with :data:`MISSING_CELL` for missing values.
+
+    Cell text is escaped, as in pandas' own rendering, so a file name such as ``<script>`` shows as text.
+
+    Examples
+    --------
+    >>> html = reader_html(pd.DataFrame({"mean": [0.5, float("nan")], "name": ["<b>", None]}))
+    >>> "NaN" in html, "None" in html, html.count(MISSING_CELL), "&lt;b&gt;" in html
+    (False, False, 2, True)
+    """
+    return frame.to_html(notebook=True, na_rep=MISSING_CELL, escape=True, bold_rows=True,
+                         max_rows=pd.get_option("display.max_rows"),
+                         max_cols=pd.get_option("display.max_columns"),
+                         show_dimensions=pd.get_option("display.show_dimensions"),
+                         float_format=pd.get_option("display.float_format"))
 
 
 #: Human column names for the result tables' machine names (the CSV files keep the machine names).

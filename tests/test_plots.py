@@ -155,3 +155,21 @@ def test_reader_table_labels_every_machine_column_of_the_multiindex_rows() -> No
     shown = plots.reader_table(frame)
     assert shown.columns.tolist() == ["AUROC", "balanced accuracy"]
     assert list(shown.index.names) == ["backbone", "policy"]
+
+
+def test_reader_display_shows_missing_cells_as_a_dash_in_a_notebook_shell() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    frame = pd.DataFrame({"same objective, mean": [0.572, np.nan], "model": ["<script>", None]})
+    shell = InteractiveShell.instance()
+    try:
+        assert "NaN" in shell.display_formatter.format(frame)[0]["text/html"]  # pandas' own rendering
+        plots.set_reader_display()
+        html = shell.display_formatter.format(frame)[0]["text/html"]
+    finally:
+        InteractiveShell.clear_instance()
+    assert "NaN" not in html and "None" not in html and html.count(plots.MISSING_CELL) == 2
+    assert "<td>0.572</td>" in html and "&lt;script&gt;" in html and "<script>" not in html
+    # a frame without missing values renders exactly as pandas renders it
+    full = frame.fillna({"same objective, mean": 0.5, "model": "b"})
+    assert plots.reader_html(full) == full._repr_html_()
