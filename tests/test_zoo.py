@@ -594,6 +594,31 @@ def test_imagenet_init_loads_the_bundled_weights_with_the_stem_summed_to_gray():
     assert pretrained.eval()(x).shape == (2, 1280) and pretrained.forward_features(x).shape == (2, 1280, 2, 2)
 
 
+def test_imagenet_init_models_are_keyed_by_the_weights_they_start_from(tmp_path, monkeypatch):
+    import shutil
+
+    from crslib.models import public
+    from crslib.models.zoo import _model_key
+
+    imagenet = ZooModelSpec.make("supervised_multilabel", architecture="effnet_lite0", init="imagenet")
+    random = ZooModelSpec.make("supervised_multilabel", architecture="effnet_lite0")
+    before = {spec.init: _model_key(spec, "data", 64) for spec in (imagenet, random)}
+    assert before["imagenet"] != before["random"]
+    assert public.efficientnet_lite0_weights_id() in convert_efficientnet_lite0().name
+    # the same package file under another path: same weights, same key
+    copy = tmp_path / "same.pth"
+    shutil.copyfile(public._efficientnet_lite0_source(), copy)
+    monkeypatch.setattr(public, "_efficientnet_lite0_source", lambda: copy)
+    assert _model_key(imagenet, "data", 64) == before["imagenet"]
+    # other ImageNet weights (another package version): another model; random init does not read them
+    with copy.open("ab") as handle:
+        handle.write(b"\0")
+    assert _model_key(imagenet, "data", 64) != before["imagenet"]
+    assert _model_key(random, "data", 64) == before["random"]
+    monkeypatch.setattr(public, "_efficientnet_lite0_source", lambda: tmp_path / "absent.pth")
+    assert _model_key(random, "data", 64) == before["random"]
+
+
 def test_patient_halves_train_on_disjoint_patients_and_the_probe_starts_from_the_models_own_init(manifest, zoo_root):
     import torch
 

@@ -192,6 +192,14 @@ def _public_root(cache_root: str | os.PathLike | None) -> Path:
     return (Path(cache_root) if cache_root is not None else cache_dir() / "zoo") / "public"
 
 
+def efficientnet_lite0_weights_id() -> str:
+    """Which ImageNet weights :func:`convert_efficientnet_lite0` gives: a digest of the packaged
+    source file's SHA-256 and the key-mapping version (16 hex digits, part of the converted file's
+    name), so a cache built on those weights can tell when they change."""
+    source_sha = file_sha256(_efficientnet_lite0_source())
+    return digest_of(["efficientnet_lite0->tf_efficientnet_lite0", _EFF_MAP_VERSION, source_sha])[:16]
+
+
 def convert_efficientnet_lite0(*, cache_root: str | os.PathLike | None = None, force: bool = False) -> Path:
     """Convert the packaged EfficientNet-Lite0 weights to a timm safetensors file.
 
@@ -216,8 +224,7 @@ def convert_efficientnet_lite0(*, cache_root: str | os.PathLike | None = None, f
 
     source_path = _efficientnet_lite0_source()
     source_sha = file_sha256(source_path)
-    key = digest_of(["efficientnet_lite0->tf_efficientnet_lite0", _EFF_MAP_VERSION, source_sha])[:16]
-    out = _public_root(cache_root) / f"tf_efficientnet_lite0-{key}.safetensors"
+    out = _public_root(cache_root) / f"tf_efficientnet_lite0-{efficientnet_lite0_weights_id()}.safetensors"
     if out.is_file() and not force:
         return out
     try:

