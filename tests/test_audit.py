@@ -611,6 +611,78 @@ def test_split_provenance_counts_and_leaks():
     assert facts["patients_in_several_splits"] == [{"patient_id": "p1", "splits": ["test", "train"]}]
 
 
+def test_split_provenance_reads_rows_by_label_and_falls_back_to_image_ids():
+    m = pd.DataFrame({
+        "image_id": [f"i{k}" for k in range(8)],
+        "patient_id": ["p1", "p1", "p2", "p2", "p3", "p3", "p4", "p4"],
+        "split": ["train", "test", "train", "train", "val", "val", "test", "test"],
+        "label": ["A", "B", "A", "B", "B", "A", "A", "A"],
+    })
+    # a filtered manifest keeps its row labels: its facts are those of the same rows renumbered
+    subset = m.iloc[[1, 2, 3, 4, 6, 7]]
+    assert list(subset.index) != list(range(len(subset)))
+    assert A.split_provenance(subset) == A.split_provenance(subset.reset_index(drop=True))
+    facts = A.split_provenance(subset)
+    assert [(s["split"], s["images"], s["patients"]) for s in facts["splits"]] == [
+        ("train", 2, 1), ("val", 1, 1), ("test", 3, 2)]
+    # without patient ids every image is its own patient
+    by_image = A.split_provenance(m.drop(columns="patient_id"))
+    assert [s["patients"] for s in by_image["splits"]] == [3, 2, 3] and by_image["n_patients"] == 8
+    assert by_image["n_patients_in_several_splits"] == 0
+    with pytest.raises(DataError) as info:
+        A.split_provenance(m.drop(columns="split"))
+    assert str(info.value) == "manifest has no 'split' column; columns present: ['image_id', 'patient_id', 'label']"
+
+
+def test_split_provenance_labels_groups_and_the_listed_patients():
+    m = pd.DataFrame({"image_id": [f"i{k}" for k in range(5)], "split": ["train", "test", "train", "train", "test"],
+                      "label": [1, "unknown", 1, 0, 1]})
+    # labels of mixed types: numbers first, by value, then text
+    facts = A.split_provenance(m, groups=[7, 7, 2.5, 3, 3])
+    assert list(facts["splits"][0]["classes"]) == ["0", "1"]
+    assert list(facts["splits"][1]["classes"]) == ["1", "unknown"]
+    # patient ids keep their own text: 7 is "7", not "7.0" as in an all-float array
+    assert facts["patients_in_several_splits"] == [{"patient_id": "3", "splits": ["test", "train"]},
+                                                   {"patient_id": "7", "splits": ["test", "train"]}]
+    assert "classes" not in A.split_provenance(m, label_column="grade")["splits"][0]
+    # at most 20 patients are listed, all are counted
+    many = pd.DataFrame({"image_id": [f"i{k}" for k in range(50)], "patient_id": [f"p{k // 2:02d}" for k in range(50)],
+                         "split": ["train", "test"] * 25})
+    facts = A.split_provenance(many)
+    assert facts["n_patients_in_several_splits"] == 25
+    assert [p["patient_id"] for p in facts["patients_in_several_splits"]] == [f"p{k:02d}" for k in range(20)]
+
+
+def test_patient_groups_treat_a_loader_filled_patient_id_as_absent(caplog):
+    m = pd.DataFrame({"image_id": ["a", "b"], "patient_id": ["a", "b"]})
+    notes: list[str] = []
+    assert list(A._patient_groups(m.assign(patient_id=["p", "p"]), notes)) == ["p", "p"] and notes == []
+    m.attrs["filled_columns"] = ["patient_id"]  # the loader copied the image ids: no patient is known
+    with caplog.at_level(logging.WARNING, logger="crslib.audit"):
+        assert list(A._patient_groups(m.assign(patient_id=["p", "p"]), notes)) == ["a", "b"]
+    assert notes == [caplog.records[-1].getMessage()] and notes[0].startswith("the manifest has no patient_id")
+
+
+def test_permutation_counts_default_to_none_for_embeddings_too_large_to_refit():
+    limit, default = A.EMBEDDING_PERMUTATION_LIMIT, A.DEFAULT_PERMUTATIONS
+    notes: list[str] = []
+    assert A._permutation_counts(None, None, 5, notes) == (default, default)
+    assert A._permutation_counts(None, np.zeros((limit // 4, 4)), 5, notes) == (default, default)  # at the limit
+    assert notes == []
+    assert A._permutation_counts(None, np.zeros((limit // 4 + 1, 4)), 5, notes) == (default, 0)
+    assert notes == [f"no permutation test for the embeddings ({limit // 4 + 1} x 4 values would need "
+                     f"{default * 5} refits); pass n_permutations to run one"]
+    # a count that is given applies to both, however large the embeddings
+    notes.clear()
+    assert A._permutation_counts(30, np.zeros((limit // 4 + 1, 4)), 5, notes) == (30, 30) and notes == []
+    assert A._permutation_counts(0, None, 5, notes) == (0, 0) and notes == []
+    assert A._permutation_counts(9, None, 5, notes) == (9, 9)
+    assert notes == ["with 9 permutations the smallest possible p is 0.100: too few to decide; use at least 20"]
+    with pytest.raises(InputError) as info:
+        A._permutation_counts(-1, None, 5, [])
+    assert str(info.value) == "n_permutations must be an integer >= 0, got -1"
+
+
 @pytest.fixture(scope="module")
 def audit_result(phantoms):
     d = phantoms["kermany_shortcut"]
