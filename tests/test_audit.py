@@ -663,6 +663,19 @@ def test_patient_groups_treat_a_loader_filled_patient_id_as_absent(caplog):
     assert notes == [caplog.records[-1].getMessage()] and notes[0].startswith("the manifest has no patient_id")
 
 
+def test_embeddings_are_one_finite_row_per_manifest_row():
+    assert A._check_embeddings(None, 2) is None
+    checked = A._check_embeddings([[1, 2], [3, 4]], 2)
+    assert checked.dtype.kind == "f" and checked.tolist() == [[1.0, 2.0], [3.0, 4.0]]
+    with pytest.raises(InputError) as info:
+        A._check_embeddings(np.zeros((3, 2)), 2)
+    assert str(info.value) == ("embeddings have shape (3, 2) but the manifest has 2 rows; pass one embedding row "
+                               "per manifest row, in the same order")
+    with pytest.raises(InputError) as info:
+        A._check_embeddings(np.array([[1.0, np.nan], [0.0, 0.0]]), 2)
+    assert str(info.value).startswith("embeddings has NaN or infinite values in 1 row(s) (first: [0])")
+
+
 def test_permutation_counts_default_to_none_for_embeddings_too_large_to_refit():
     limit, default = A.EMBEDDING_PERMUTATION_LIMIT, A.DEFAULT_PERMUTATIONS
     notes: list[str] = []
