@@ -660,7 +660,11 @@ def test_patient_groups_treat_a_loader_filled_patient_id_as_absent(caplog):
     m.attrs["filled_columns"] = ["patient_id"]  # the loader copied the image ids: no patient is known
     with caplog.at_level(logging.WARNING, logger="crslib.audit"):
         assert list(A._patient_groups(m.assign(patient_id=["p", "p"]), notes)) == ["a", "b"]
-    assert notes == [caplog.records[-1].getMessage()] and notes[0].startswith("the manifest has no patient_id")
+    assert notes == [caplog.records[-1].getMessage()] == [
+        "the manifest has no patient_id: every image is treated as its own patient, so images of one patient may "
+        "sit in different CV folds and the numbers can be optimistic"]
+    # neither patient nor image ids: each row is its own patient
+    assert list(A._patient_groups(pd.DataFrame({"split": ["train", "test", "test"]}), [])) == ["0", "1", "2"]
 
 
 def test_embeddings_are_one_finite_row_per_manifest_row():
