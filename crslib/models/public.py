@@ -196,7 +196,10 @@ def efficientnet_lite0_weights_id() -> str:
     """Which ImageNet weights :func:`convert_efficientnet_lite0` gives: a digest of the packaged
     source file's SHA-256 and the key-mapping version (16 hex digits, part of the converted file's
     name), so a cache built on those weights can tell when they change."""
-    source_sha = file_sha256(_efficientnet_lite0_source())
+    return _weights_id(file_sha256(_efficientnet_lite0_source()))
+
+
+def _weights_id(source_sha: str) -> str:
     return digest_of(["efficientnet_lite0->tf_efficientnet_lite0", _EFF_MAP_VERSION, source_sha])[:16]
 
 
@@ -224,7 +227,7 @@ def convert_efficientnet_lite0(*, cache_root: str | os.PathLike | None = None, f
 
     source_path = _efficientnet_lite0_source()
     source_sha = file_sha256(source_path)
-    out = _public_root(cache_root) / f"tf_efficientnet_lite0-{efficientnet_lite0_weights_id()}.safetensors"
+    out = _public_root(cache_root) / f"tf_efficientnet_lite0-{_weights_id(source_sha)}.safetensors"
     if out.is_file() and not force:
         return out
     try:
