@@ -21,8 +21,9 @@ READER_DISPLAY = {"display.max_columns": None, "display.max_rows": 1000, "displa
                   "display.precision": 3, "display.width": None}
 
 
-#: What a book table shows in a cell that has no value (pandas would print "NaN" or "None").
-MISSING_CELL = "\u2014"
+#: What a book table shows in a cell that has no value (pandas would print "NaN" or "None"); the HTML
+#: reports of crslib.reports write the same.
+MISSING_CELL = "n/a"
 
 
 def set_reader_display() -> dict[str, Any]:

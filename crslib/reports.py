@@ -72,6 +72,8 @@ def _page(title: str, body: str) -> str:
 def _fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, (float, np.floating)):
         return "n/a" if not math.isfinite(float(value)) else f"{float(value):.{digits}f}"
+    if value is None or value is pd.NA or value is pd.NaT:
+        return "n/a"
     return str(value)
 
 
@@ -464,15 +466,15 @@ def _risk_section(task: str, result: RiskResult) -> str:
         f"Over {len(result.partitions)} partitions the selected candidate's test score (train fit) ranged "
         f"{scores.min():.3f}-{scores.max():.3f} (mean {scores.mean():.3f}).</p>"
         f"<p>{drop_text}</p>"
-        "<h3>Selection on validation (first partition)</h3>" + selection.to_html(index=False)
+        "<h3>Selection on validation (first partition)</h3>" + _html_table(selection, digits=4)
         + "<h3>Test: the selected candidate, fitted on train and refitted on train + validation</h3>"
-        + primary.refit.round(4).to_html(index=False)
-        + "<h3>Metric panel of the selected candidate on test</h3>" + panel.to_html()
-        + "<h3>Candidates (first partition)</h3>" + candidates.round(4).to_html(index=False)
+        + _html_table(primary.refit, digits=4)
+        + "<h3>Metric panel of the selected candidate on test</h3>" + _html_table(panel.reset_index(), digits=4)
+        + "<h3>Candidates (first partition)</h3>" + _html_table(candidates, digits=4)
         + "<h3>Paired test comparisons with the selected candidate</h3>"
-        + primary.comparisons.round(4).to_html(index=False)
-        + "<h3>Selection over repeated partitions</h3>" + result.selection_counts.round(3).to_html(index=False)
-        + "<h3>Test score spread over partitions</h3>" + result.spread.round(4).to_html(index=False)
+        + _html_table(primary.comparisons, digits=4)
+        + "<h3>Selection over repeated partitions</h3>" + _html_table(result.selection_counts)
+        + "<h3>Test score spread over partitions</h3>" + _html_table(result.spread, digits=4)
     )
 
 
@@ -654,9 +656,9 @@ def render_report_html(result: CompareResult) -> str:
 
     tables = ""
     if result.subgroups:
-        tables += "<h2>Overlap by subgroup</h2>" + pd.DataFrame(result.subgroups).round(4).to_html(index=False)
+        tables += "<h2>Overlap by subgroup</h2>" + _html_table(pd.DataFrame(result.subgroups), digits=4)
     if result.transfer:
-        tables += "<h2>Classifier transfer</h2>" + pd.DataFrame(result.transfer).round(4).to_html(index=False)
+        tables += "<h2>Classifier transfer</h2>" + _html_table(pd.DataFrame(result.transfer), digits=4)
     images = "".join(
         f'<figure><img alt="{html.escape(title)}" src="data:image/png;base64,{data}"/>'
         f"<figcaption>{html.escape(title)}</figcaption></figure>"

@@ -305,3 +305,16 @@ def test_report_and_json_name_models_as_the_user_wrote_them(case) -> None:
     assert "timm:tf_efficientnet_lite0?weights=/cache/tf_efficientnet_lite0-43de.safetensors" in page
     assert "43dee5e6" in page
     assert json.loads(result.to_json())["models"] == models
+
+
+def test_report_tables_show_missing_values_as_n_a_and_escape_text():
+    from crslib.reports import _html_table
+
+    table = pd.DataFrame({"retention": [0.12345, np.nan], "finding": [None, "<x>"], "n": [3, 4]})
+    assert _html_table(table, digits=4) == (
+        '<table><thead><tr><th>retention</th><th>finding</th><th>n</th></tr></thead><tbody>'
+        '<tr><td class="num">0.1235</td><td class="num">n/a</td><td class="num">3</td></tr>'
+        '<tr><td class="num">n/a</td><td>&lt;x&gt;</td><td class="num">4</td></tr></tbody></table>')
+    assert _html_table(pd.DataFrame({"when": [pd.NaT], "label": pd.array([pd.NA], dtype="string")})) == (
+        "<table><thead><tr><th>when</th><th>label</th></tr></thead><tbody><tr><td>n/a</td><td>n/a</td></tr>"
+        "</tbody></table>")

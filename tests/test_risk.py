@@ -441,6 +441,8 @@ def test_stability_counts_encoders_selected_and_partitions_that_chose_the_union(
 
 
 def test_risk_report_escapes_task_and_encoder_names():
+    from dataclasses import replace
+
     from crslib.reports import CSS, render_risk_html
 
     emb, y, groups = _data(n_patients=60)
@@ -450,6 +452,10 @@ def test_risk_report_escapes_task_and_encoder_names():
     assert page.startswith("<!DOCTYPE html>") and f"<style>{CSS}</style>" in page
     assert "<img" not in page and "<task>" not in page
     assert "&lt;img src=x&gt;/linear" in page and "&lt;task&gt;" in page and "a&amp;b" in page
+    # a cell without a value (the spread of a candidate seen in one partition) reads n/a, not NaN
+    one_partition = replace(res, spread=res.spread.assign(sd=np.nan))
+    spread = render_risk_html({"t": one_partition}).split("Test score spread over partitions")[1]
+    assert "NaN" not in spread and spread.count('<td class="num">n/a</td>') == len(res.spread)
     with pytest.raises(InputError, match="RiskResult"):
         render_risk_html({"y": res.primary})
 
