@@ -438,6 +438,69 @@ def test_stability_counts_encoders_selected_and_partitions_that_chose_the_union(
     assert row["union chosen (partitions)"] == 2
     none_chosen = replace(made, partitions=[replace(p, union={"chosen": False}) for p in res.partitions])
     assert none_chosen.stability()["union chosen (partitions)"] == 0
+    # a tie names every encoder selected most often, in the order of the counts
+    tied = replace(res, selection_counts=pd.DataFrame({"encoder": ["noise", "good", "union"], "count": [1, 1, 1]}))
+    assert tied.stability()["selected most often"] == "noise / good / union"
+
+
+def test_task_type_records_a_binary_task_as_binary():
+    from crslib.risk_results import task_type
+
+    assert [task_type(t) for t in ("classification", "multiclass", "regression")] == [
+        "binary", "multiclass", "regression"]
+    emb, y, groups = _data(n_patients=60)
+    res = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=1, union_size=0, **FAST)
+    assert (res.task, res.task_type, res.primary.task_type) == ("classification", "binary", "binary")
+
+
+def test_a_partition_summary_rounds_its_floats_to_four_digits():
+    emb, y, groups = _data(n_patients=60)
+    res = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=1, union_size=0, **FAST)
+    raw = res.primary.candidates["val_score"].to_numpy()
+    assert any(v != round(v, 4) for v in raw)  # the scores have more digits than the summary keeps
+    out = res.primary.to_dict()
+    assert [c["val_score"] for c in out["candidates"]] == [round(float(v), 4) for v in raw]
+
+    def floats(obj):
+        if isinstance(obj, dict):
+            return [v for x in obj.values() for v in floats(x)]
+        if isinstance(obj, list):
+            return [v for x in obj for v in floats(x)]
+        return [obj] if isinstance(obj, float) else []
+
+    assert all(v == round(v, 4) for v in floats(out)) and len(floats(out)) > 20
+    # every field under its documented name, each as the partition holds it
+    from crslib._io import json_ready
+
+    p = res.primary
+    assert list(out) == ["partition", "random_state", "task", "task_type", "metric", "secondary_metric", "classes",
+                         "n_train", "n_val", "n_test", "n_resamples", "confidence", "selected", "loss", "union",
+                         "selection", "refit", "metrics", "dropped", "not_fitted", "candidates", "comparisons",
+                         "reduction"]
+    assert [out[k] for k in ("partition", "random_state", "task", "task_type", "metric", "secondary_metric")] == [
+        p.partition, p.random_state, "classification", "binary", p.metric, p.secondary_metric]
+    assert (out["n_train"], out["n_val"], out["n_test"]) == (p.train_idx.size, p.val_idx.size, p.test_idx.size)
+    assert (out["n_resamples"], out["confidence"], out["selected"]) == (200, p.confidence, p.selected)
+    for key in ("loss", "union", "selection", "refit", "metrics", "dropped", "not_fitted", "candidates",
+                "comparisons", "reduction"):
+        assert out[key] == json_ready(getattr(p, key), digits=4), key
+    assert out["classes"] == ["0", "1"] and out["confidence"] == 0.95
+    # the whole result's summary rounds the same way, its own numbers too
+    whole = res.to_dict()
+    mean = float(res.selected_test_scores.mean())
+    assert mean != round(mean, 4) and whole["selected_test_score"]["mean"] == round(mean, 4)
+    assert all(v == round(v, 4) for v in floats(whole))
+
+
+def test_stability_table_refuses_what_is_not_a_mapping_of_results():
+    from assertions import error_message
+
+    from crslib.risk_results import stability_table
+
+    needs = "stability_table needs a non-empty mapping of name -> RiskResult"
+    assert error_message(stability_table, {}) == needs
+    assert error_message(stability_table, [("age", 3)]) == needs
+    assert error_message(stability_table, {"age": 3}) == "outcome 'age' is a int, not a RiskResult"
 
 
 def test_risk_report_escapes_task_and_encoder_names():
@@ -743,6 +806,46 @@ def test_task_need_checks_every_partition_it_will_draw():
         "`y` does not fill partition 3 of 20: the validation partition holds a constant target (1.0) with seed 2")
     assert task_need(y, groups=g, n_partitions=20, random_state=2).startswith(
         "`y` does not fill partition 1 of 20")
+
+
+
+def test_task_need_checks_one_partition_by_default_and_names_its_arguments_in_errors():
+    from assertions import error_message
+
+    from crslib.risk_needs import task_need
+
+    y = np.r_[np.full(36, 1.0), np.arange(2.0, 6.0)]  # seed 1's partition fills, seed 2's does not
+    g = np.arange(40)
+    assert task_need(y, groups=g, random_state=1) is None
+    assert task_need(y, groups=g, random_state=1, n_partitions=2).startswith("`y` does not fill partition 2 of 2:")
+    assert error_message(task_need, y, groups=g, n_partitions=0) == "n_partitions must be an integer >= 1, got 0"
+    assert error_message(task_need, y, groups=g, task="ordinal") == (
+        "unknown task 'ordinal'; choose 'auto', 'binary', 'multiclass', 'regression'")
+    # "classification" is accepted, as representation_risk takes it (binary or multi-class by the classes)
+    assert task_need(np.tile(list("abc"), 10), groups=np.arange(30), task="classification") is None
+    assert task_need(np.tile([0, 1], 3), groups=np.arange(6), task="classification").startswith(
+        "`y` is known for 6 patients")
+
+
+def test_task_need_writes_shares_of_unnormalised_fractions_and_numpy_scalars_as_the_manifest_does():
+    from crslib.risk_needs import task_need
+
+    g = np.arange(40)
+    # fractions need not sum to 1: (3, 1, 1) are 60/20/20 % of the patients
+    assert task_need(np.r_[np.zeros(37), np.ones(3)], groups=g, fractions=(3, 1, 1)) == (
+        "`y` needs at least 4 patients of each class so that train, validation and test (60/20/20 % of patients) "
+        "all hold both; it has 0: 37, 1: 3")
+    # a numpy float32 that is a whole number reads as an integer, as a Python float does
+    assert task_need([np.float32(2.0)] * 40, groups=g) == (
+        "`y` has a single value (2); it needs two classes or a varying number")
+    assert task_need([np.float32(2.5)] * 40, groups=g) == (
+        "`y` has a single value (2.5); it needs two classes or a varying number")
+    # a nullable integer column with a missing value stays a multi-class label (its classes are
+    # integers, not the floats pandas turns them into when it fills the gap with NaN)
+    grade = pd.Series([0] * 18 + [1] * 18 + [2] * 3 + [None], dtype="Int64")
+    assert task_need(grade, groups=g, name="grade") == (
+        "`grade` needs at least 4 patients of each class so that train, validation and test (60/20/20 % of "
+        "patients) all hold every class; it has 0: 18, 1: 18, 2: 3")
 
 
 # --------------------------------------------------------------------------- explicit partitions and scores
