@@ -10,7 +10,10 @@ functions here, which keep the same rules with k classes:
   images, the one fewest patients have, ties to the lower code: the
   multi-class form of the binary rule "positive when any image is"), every
   stratum split by :func:`crslib.splits.grouped_partition` with the same
-  fractions, so that train, validation and test each hold every class;
+  fractions, so that train, validation and test each hold every class; the
+  strata of fewer than three patients (too few for one per part: a class
+  whose patients mostly also have a rarer class) are pooled, and a pool
+  still too small joins the smallest stratum that is large enough;
 - inner folds by :func:`crslib.splits.stratified_group_kfold`, at most as
   many as the rarest class has patients;
 - the same three heads with the same grids (:mod:`crslib.probes`), each
@@ -70,6 +73,30 @@ def patient_classes(y: np.ndarray, groups: np.ndarray) -> tuple[np.ndarray, np.n
     return rarity.argmin(axis=1), inverse
 
 
+def _pooled_strata(label: np.ndarray, minimum: int) -> np.ndarray:
+    """Each patient's stratum: their class, with the classes of fewer than ``minimum`` patients pooled.
+
+    A pool still smaller than ``minimum`` joins the smallest stratum of at
+    least ``minimum`` patients (there is one: the caller has checked that
+    there are more patients than that).
+
+    Examples
+    --------
+    >>> _pooled_strata(np.array([0, 0, 0, 1, 1, 1, 1, 2, 3]), 3).tolist()
+    [0, 0, 0, 1, 1, 1, 1, 0, 0]
+    """
+    classes, counts = np.unique(label, return_counts=True)
+    small = counts < minimum
+    if not small.any():
+        return label
+    strata = label.copy()
+    pooled = np.isin(label, classes[small])
+    large = np.flatnonzero(~small)
+    joins = pooled.sum() < minimum and large.size
+    strata[pooled] = classes[large[np.argmin(counts[large])]] if joins else classes[small][0]
+    return strata
+
+
 def _multiclass_partition(y: np.ndarray, groups: np.ndarray, fractions: tuple[float, float, float],
                           random_state: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     need = min_patients(fractions)
@@ -86,9 +113,10 @@ def _multiclass_partition(y: np.ndarray, groups: np.ndarray, fractions: tuple[fl
             f"only {int(counts[c])} patient(s) have an image of class {c}; at least {need} patients of each class "
             f"are needed so that train, validation and test (fractions {fractions}) all hold every class; add "
             "patients or change the fractions")
+    strata = _pooled_strata(label, len(fractions))  # grouped_partition needs one patient per part
     parts: list[list[np.ndarray]] = [[], [], []]
-    for c in np.unique(label):
-        rows = np.flatnonzero(label[inverse] == c)
+    for c in np.unique(strata):
+        rows = np.flatnonzero(strata[inverse] == c)
         for k, part in enumerate(grouped_partition(groups[rows], fractions, random_state=random_state)):
             parts[k].append(rows[part])
     out = tuple(np.sort(np.concatenate(p)) for p in parts)

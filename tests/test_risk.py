@@ -492,6 +492,31 @@ def test_a_partition_summary_rounds_its_floats_to_four_digits():
     assert all(v == round(v, 4) for v in floats(whole))
 
 
+
+def test_a_risk_summary_holds_each_field_under_its_name():
+    from crslib._io import json_ready
+    from crslib.risk_results import LOOKAGAIN_FACTS
+
+    emb, y, groups = _data(n_patients=60)
+    res = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=2, union_size=0, **FAST)
+    out = res.to_dict()
+    assert list(out) == ["task", "task_type", "metric", "secondary_metric", "settings", "primary",
+                         "selected_per_partition", "selected_test_score", "spread", "selection_counts",
+                         "rank_stability", "rank_correlation", "lookagain_facts"]
+    assert [out[k] for k in ("task", "task_type", "metric", "secondary_metric")] == [
+        "classification", "binary", "auroc", res.secondary_metric]
+    assert out["primary"] == res.primary.to_dict() and out["lookagain_facts"] == LOOKAGAIN_FACTS
+    assert out["selected_per_partition"] == [p.selected for p in res.partitions]
+    scores = np.array([p.candidates.set_index("candidate").loc[p.selected, "test_score"] for p in res.partitions])
+    assert out["selected_test_score"] == {
+        "mean": round(float(scores.mean()), 4), "sd": round(float(scores.std(ddof=1)), 4),
+        "min": round(float(scores.min()), 4), "max": round(float(scores.max()), 4)}
+    for key in ("settings", "spread", "selection_counts", "rank_stability", "rank_correlation"):
+        assert out[key] == json_ready(getattr(res, key), digits=4), key
+    one = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=1, union_size=0, **FAST)
+    assert one.to_dict()["selected_test_score"]["sd"] is None  # one partition has no spread
+
+
 def test_stability_table_refuses_what_is_not_a_mapping_of_results():
     from assertions import error_message
 
