@@ -11,7 +11,7 @@ import pytest
 
 from crslib.errors import InputError
 from crslib.risk import evaluate_partition, refit_prediction, representation_risk
-from crslib.risk_scores import count_matrix, row_losses
+from crslib.risk_scores import MULTICLASS, count_matrix, row_losses
 from crslib.risk_select import fit_stack, greedy_members, select_candidate
 
 FAST = {"n_components": 8, "n_resamples": 300}
@@ -123,6 +123,62 @@ def test_greedy_forward_selection_stops_when_nothing_lowers_the_loss():
     base = {"a": y + [0.5, -0.5, 0.5, -0.5], "b": y - [0.5, -0.5, 0.5, -0.5], "c": y + 3.0}
     assert greedy_members(base, y, "regression", "mse") == ["a", "b"]
     assert greedy_members({"c": base["c"], "a": base["a"]}, y, "regression", "mse") == ["a"]
+
+
+
+def test_greedy_selection_starts_from_the_lowest_loss_encoder_and_adds_only_a_strict_improvement():
+    y = np.array([0.0, 1.0, 2.0, 3.0])
+    wiggle = np.array([0.1, -0.1, 0.1, -0.1])
+    # "b" has the lowest loss although "a" sorts first; adding "a" would raise the loss, so "b" stays alone
+    assert greedy_members({"a": y + 3.0, "b": y + wiggle}, y, "regression", "mse") == ["b"]
+    # an identical copy leaves the average's loss equal: not an improvement, so it is not added
+    assert greedy_members({"a": y + wiggle, "b": y + wiggle}, y, "regression", "mse") == ["a"]
+
+
+def test_the_stacks_inputs_are_logits_of_clipped_probabilities():
+    from crslib.risk_select import _CLIP, _stack_inputs
+
+    p = np.array([0.0, 1e-9, 0.25, 0.5, 0.8, 1.0 - 1e-9, 1.0])
+    edge = np.log(_CLIP / (1.0 - _CLIP))
+    expected = [edge, edge, np.log(1 / 3), 0.0, np.log(4.0), -edge, -edge]
+    got = _stack_inputs([p, 1.0 - p], "classification")
+    assert got.shape == (7, 2)
+    np.testing.assert_allclose(got[:, 0], expected, rtol=1e-9, atol=0)
+    np.testing.assert_allclose(got[:, 1], -np.array(expected), rtol=1e-9, atol=0)
+    # class probabilities: the log of each, a zero clipped to the same floor; one column per class and encoder
+    P = np.array([[0.0, 0.25, 0.75], [1.0, 0.0, 0.0]])
+    got = _stack_inputs([P, P[:, ::-1]], MULTICLASS)
+    assert got.shape == (2, 6)
+    np.testing.assert_allclose(got[:, :3], np.log(np.maximum(P, _CLIP)), rtol=1e-12)
+    np.testing.assert_allclose(got[:, 3:], np.log(np.maximum(P[:, ::-1], _CLIP)), rtol=1e-12)
+    np.testing.assert_array_equal(_stack_inputs([p, 2 * p], "regression"), np.column_stack([p, 2 * p]))
+
+
+def test_a_classification_stack_is_a_unit_penalty_logistic_regression_on_the_logits():
+    from sklearn.linear_model import LogisticRegression
+
+    from crslib.risk_select import _stack_inputs
+
+    rng = np.random.default_rng(7)
+    y = rng.integers(0, 2, size=80)
+    oof = {"A": np.clip(0.5 + 0.3 * (y - 0.5) + 0.2 * rng.normal(size=80), 0, 1),
+           "B": np.clip(0.5 + 0.1 * (y - 0.5) + 0.2 * rng.normal(size=80), 0, 1)}
+    stack = fit_stack(oof, y, "classification")
+    A = _stack_inputs([oof["A"], oof["B"]], "classification")
+    reference = LogisticRegression(C=1.0).fit(A, y)
+    np.testing.assert_allclose(stack.coef, np.r_[reference.intercept_, reference.coef_.ravel()], atol=1e-6)
+    assert stack.coef.shape == (3,) and stack.coef[1] > stack.coef[2] > 0  # the stronger encoder weighs more
+    new = {"A": rng.random(5), "B": rng.random(5)}
+    np.testing.assert_allclose(stack(new), reference.predict_proba(_stack_inputs([new["A"], new["B"]],
+                                                                                 "classification"))[:, 1], atol=1e-6)
+    # three classes: an intercept and a coefficient per (class, input column), class probabilities out
+    y3 = np.arange(60) % 3
+    P = {name: rng.dirichlet(np.ones(3), size=60) + 0.5 * np.eye(3)[y3] for name in ("A", "B")}
+    P = {name: v / v.sum(axis=1, keepdims=True) for name, v in P.items()}
+    stack3 = fit_stack(P, y3, MULTICLASS)
+    ref3 = LogisticRegression(C=1.0).fit(_stack_inputs([P["A"], P["B"]], MULTICLASS), y3)
+    np.testing.assert_allclose(stack3.coef, np.r_[ref3.intercept_, ref3.coef_.ravel()], atol=1e-6)
+    assert stack3.coef.shape == (3 + 3 * 6,) and stack3(P).shape == (60, 3)
 
 
 # --------------------------------------------------------------------------- end to end
