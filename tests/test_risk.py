@@ -964,3 +964,19 @@ def test_primary_and_secondary_scores_are_the_studys_metrics():
         balanced_accuracy_score(unbalanced, guess.argmax(axis=1))) == pytest.approx(0.5)
     assert partition_scores("multiclass", ym, proba)[1] == pytest.approx(
         balanced_accuracy_score(ym, proba.argmax(axis=1)))
+
+
+def test_the_workflow_names_each_bad_count_and_takes_one_combination_as_text():
+    from assertions import error_message
+
+    emb, y, groups = _data(n_patients=60)
+    run = {"groups": groups, "heads": ["linear"], "union_size": 0}
+    for option, bad, minimum in (("n_components", 0, 1), ("inner_splits", 1, 2), ("n_resamples", 0, 1)):
+        settings = {**FAST, **run, option: bad}
+        assert error_message(evaluate_partition, emb, y, **settings) == (
+            f"{option} must be an integer >= {minimum}, got {bad}")
+    two = evaluate_partition(emb, y, inner_splits=2, **FAST, **run)  # two inner folds are enough
+    assert two.selected in set(two.candidates["candidate"])
+    # one combination given as a string is that combination, not its letters
+    res = evaluate_partition(emb, y, combinations="stack", **FAST, **run)
+    assert sorted(set(res.candidates["kind"])) == ["single", "stack"]
