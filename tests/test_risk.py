@@ -345,14 +345,18 @@ def test_same_seed_identical_tables_other_seed_other_partitions():
     pd.testing.assert_frame_equal(a.partitions[1].candidates, c.primary.candidates)
 
 
-def test_random_state_none_draws_a_seed_that_is_recorded_and_repeats_the_run():
+def test_random_state_none_draws_a_seed_that_is_recorded_and_repeats_the_run(caplog):
     from crslib import risk
 
     emb, y, groups = _data(n_patients=60)
     drawn = {risk._check_seed(None) for _ in range(5)}
     assert len(drawn) == 5 and all(isinstance(s, int) and 0 <= s < 2**31 for s in drawn)
-    a = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=None, **FAST)
+    with caplog.at_level("INFO", logger="crslib.risk"):
+        a = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=None, **FAST)
     seed = a.settings["random_state"]
+    # the log says which seed was drawn and how to repeat the run
+    assert [r.getMessage() for r in caplog.records if r.name == "crslib.risk" and "drew seed" in r.getMessage()] == [
+        f"random_state=None: drew seed {seed} (pass it as random_state to repeat this run)"]
     assert isinstance(seed, int) and [p.random_state for p in a.partitions] == [seed, seed + 1]
     b = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=seed, **FAST)
     pd.testing.assert_frame_equal(a.all_partitions, b.all_partitions)
@@ -644,6 +648,11 @@ def test_embedding_checks_exact_messages():
     assert _risk_message(risk._check_embeddings, {"a": broken}) == (
         "embeddings of 'a' hold NaN or infinite values in 2 row(s) (first: [1, 6]); re-extract them or drop those "
         "images from every encoder, y and groups")
+    many = np.ones((9, 2))
+    many[[0, 2, 3, 5, 7, 8], 0] = np.nan  # six bad rows: the message lists the first five
+    assert _risk_message(risk._check_embeddings, {"a": many}) == (
+        "embeddings of 'a' hold NaN or infinite values in 6 row(s) (first: [0, 2, 3, 5, 7]); re-extract them or drop "
+        "those images from every encoder, y and groups")
     assert _risk_message(risk._check_embeddings, {"a": X, "b": np.ones((3, 2))}) == (
         "encoders have different numbers of rows (a: 4, b: 3); the embeddings must be row-aligned: one row per "
         "image, in the same order for every encoder")

@@ -95,6 +95,27 @@ def test_within_noise_the_simpler_head_is_kept_and_the_reason_says_so():
                             loss="log_loss", confidence=0.95)[0] == "a/knn"
 
 
+def test_gaps_are_measured_from_the_lowest_single_loss_and_a_head_outside_the_order_comes_last():
+    rng = np.random.default_rng(5)
+    groups = np.arange(60)
+    base = rng.exponential(0.5, size=60)
+    noise = rng.normal(0, 0.2, size=60)
+    # a/svm has the lowest loss; a/linear is 0.02 above it, well within the noise; b/linear clearly above
+    losses = {"a/svm": base, "a/linear": base + 0.02 + noise - noise.mean(), "b/linear": base + 0.8}
+    counts = count_matrix(groups, 400, 0)
+    selected, table = select_candidate(_table(list(losses), ["single"] * 3, heads=["svm", "linear", "linear"]),
+                                       losses, counts, loss="log_loss", confidence=0.95)
+    rows = table.set_index("candidate")
+    best = float(np.mean(base))
+    np.testing.assert_allclose(rows["gap"], [np.mean(v) - best for v in losses.values()], rtol=0, atol=1e-12)
+    # the lowest-loss candidate's gap to itself is exactly 0: within the noise, as is the linear head near it
+    assert (rows.loc["a/svm", "gap_low"], rows.loc["a/svm", "gap_high"]) == (0.0, 0.0)
+    assert rows.loc["a/svm", "within_noise"] and rows.loc["a/linear", "within_noise"]
+    assert not rows.loc["b/linear", "within_noise"]
+    # a head crslib does not order (a researcher's own table) is less simple than linear, knn and mlp
+    assert selected == "a/linear" and rows.loc["a/linear", "kept"]
+
+
 def test_combination_needs_a_lower_bound_above_zero_not_a_positive_point_gain():
     """The union rule, direct: positive point gain with an interval including 0 is rejected."""
     rng = np.random.default_rng(3)
