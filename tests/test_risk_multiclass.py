@@ -74,6 +74,21 @@ def test_auto_detects_binary_multiclass_and_regression_and_the_override():
         _check_target(np.arange(40) % 5, 40, "binary")
 
 
+
+def test_auto_detection_at_its_bounds_and_the_codes_of_a_binary_task():
+    # exactly MAX_CLASSES = 20 integer values are still classes; 21 are a number
+    assert _check_target(np.arange(40) % 20, 40, "auto")[1] == "multiclass"
+    assert _check_target(np.arange(42) % 21, 42, "auto")[1] == "regression"
+    # integers and floats mixed in one column (as read from a manifest) are a number
+    mixed = np.array([1, 2.5, 3] * 10, dtype=object)
+    assert _check_target(mixed, 30, "auto")[1] == "regression"
+    # task="binary" is recorded as "classification"; its codes are int64 0/1, 1 for the class that sorts last
+    codes, task, classes = _check_target(np.array(["yes", "no", "yes"]), 3, "binary")
+    assert task == "classification" and classes == ["no", "yes"]
+    assert codes.dtype == np.int64 and codes.tolist() == [1, 0, 1]
+    assert _check_target(np.array([2.0, 5.0, 5.0]), 3, "auto")[0].dtype == np.int64
+
+
 def test_partitions_hold_every_class_and_stay_patient_disjoint():
     groups = np.repeat(np.arange(45), 2)
     y = np.array(["x", "y", "z"])[np.arange(45) % 3][np.arange(90) // 2]
