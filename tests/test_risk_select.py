@@ -116,6 +116,52 @@ def test_gaps_are_measured_from_the_lowest_single_loss_and_a_head_outside_the_or
     assert selected == "a/linear" and rows.loc["a/linear", "kept"]
 
 
+def test_every_candidate_gets_its_reason_and_the_kept_single_is_marked():
+    rng = np.random.default_rng(2)
+    groups = np.arange(60)
+    base = rng.exponential(0.5, size=60)
+    noise = rng.normal(0, 0.2, size=60)
+    losses = {"a/knn": base, "a/linear": base + 0.01 + noise - noise.mean(), "b/linear": base + 0.8,
+              "average/linear": base.copy(), "union/linear": base - 0.3, "stack/linear": base - 0.3}
+    table = _table(list(losses), ["single", "single", "single", "average", "union", "stack"],
+                   heads=["knn"] + ["linear"] * 5, members=["a", "a", "b", "a+b", "a+b", "a+b"])
+    counts = count_matrix(groups, 400, 0)
+    selected, sel = select_candidate(table, losses, counts, loss="log_loss", confidence=0.95)
+    rows = sel.set_index("candidate")
+
+    def gap(c):
+        r = rows.loc[c]
+        return f"{r.gap:+.4f} [{r.gap_low:+.4f}, {r.gap_high:+.4f}]"
+
+    def gain(c):
+        return f"gain over a/knn {rows.loc[c, 'gain_low']:+.4f} to {rows.loc[c, 'gain_high']:+.4f}"
+
+    # the union and the stack both gain 0.3 on every row; the stack is the simpler kind (KINDS order)
+    assert selected == "stack/linear"
+    assert rows["kept"].tolist() == [False, True, False, False, False, False]
+    assert rows["chosen"].tolist() == [False, False, False, False, False, True]
+    # gains are measured for the combinations only
+    assert rows.loc[["a/knn", "a/linear", "b/linear"], ["gain_low", "gain_high"]].isna().all().all()
+    assert rows.loc[["union/linear", "stack/linear"], "gain_low"].tolist() == pytest.approx([0.3, 0.3])
+    # an average identical to the best single gains exactly 0: no evidence (the bound must be above 0)
+    assert (rows.loc["average/linear", "gain_low"], rows.loc["average/linear", "evidence"]) == (0.0, False)
+    assert rows["why"].to_dict() == {
+        "a/knn": "lowest validation log_loss of the single encoders, but a/linear is within its noise and simpler",
+        "a/linear": f"within the bootstrap noise of a/knn (log_loss gap {gap('a/linear')}) and simpler, so preferred; "
+                    "replaced by stack/linear",
+        "b/linear": f"validation log_loss higher than a/knn's by {gap('b/linear')}",
+        "average/linear": f"{gain('average/linear')}: interval reaches 0 or below, not selected (crslib's evidence "
+                          "rule)",
+        "union/linear": f"{gain('union/linear')}: lower bound > 0, but stack/linear is simpler or lower",
+        "stack/linear": f"{gain('stack/linear')}: lower bound > 0, selected",
+    }
+    # without the combinations the kept single is selected, and its reason ends there
+    singles = table[table["kind"] == "single"]
+    alone, sel_alone = select_candidate(singles, losses, counts, loss="log_loss", confidence=0.95)
+    assert alone == "a/linear" and sel_alone.set_index("candidate").loc["a/linear", "why"] == (
+        f"within the bootstrap noise of a/knn (log_loss gap {gap('a/linear')}) and simpler, so preferred")
+
+
 def test_combination_needs_a_lower_bound_above_zero_not_a_positive_point_gain():
     """The union rule, direct: positive point gain with an interval including 0 is rejected."""
     rng = np.random.default_rng(3)
