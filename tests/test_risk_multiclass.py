@@ -555,3 +555,26 @@ def test_a_stratum_too_small_to_split_is_pooled_instead_of_failing_the_partition
     assert _pooled_strata(np.array([1, 1, 1, 1, 0, 0, 0, 3]), 3).tolist() == [1, 1, 1, 1, 0, 0, 0, 0]
     assert _pooled_strata(np.array([0, 0, 0, 1, 1, 2, 3, 3]), 3).tolist() == [0, 0, 0, 1, 1, 1, 1, 1]
     assert _pooled_strata(np.array([0, 0, 1, 1, 1]), 2).tolist() == [0, 0, 1, 1, 1]
+
+
+def test_inner_folds_pool_bounds_zero_variance_and_unknown_heads():
+    from assertions import error_message
+
+    from crslib.risk_multiclass import _pooled_strata, folds, head
+
+    # a pool of exactly the minimum stays a stratum of its own
+    assert _pooled_strata(np.array([0, 0, 0, 0, 1, 2, 3]), 3).tolist() == [0, 0, 0, 0, 1, 1, 1]
+    # as many inner folds as the rarest class has patients, when that is fewer than asked; two are enough
+    y = np.r_[np.zeros(10, int), np.ones(10, int), np.full(3, 2)]
+    groups = np.arange(23)
+    assert len(folds(y, groups, "multiclass", 5, 0)) == 3
+    two = folds(y[:-1], groups[:-1], "multiclass", 5, 0)
+    assert len(two) == 2 and sorted(np.concatenate([val for _, val in two]).tolist()) == list(range(22))
+    assert folds(y[:-2], groups[:-2], "multiclass", 5, 0) == []
+    # a regression target whose distinct values are the same number has no variance
+    assert error_message(_check_target, np.array(["1", "1.0", "1"]), 3, "regression") == (
+        "y has zero variance: there is nothing to predict")
+    assert _check_target([0.0, 0.5, 0.25], 3, "regression")[0].tolist() == [0.0, 0.5, 0.25]
+    Z = np.zeros((4, 2))
+    assert error_message(head, "svm", Z, np.array([0, 1, 2, 0]), np.arange(4), [], "multiclass", 0) == (
+        "unknown head 'svm'; choose linear, knn, mlp")
