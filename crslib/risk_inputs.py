@@ -84,11 +84,16 @@ def _guess_task(arr: np.ndarray, unique: np.ndarray) -> str:
     return MULTICLASS if kind == "integer" and unique.size <= MAX_CLASSES else "regression"
 
 
-def _check_target(y: Any, n: int, task: str) -> tuple[np.ndarray, str, list[Any] | None]:
-    """Target as 0/1 int (binary), class codes 0..k-1 (multi-class) or float (regression), the task, the classes."""
+def _check_task(task: Any) -> None:
+    """InputError unless ``task`` is one of :data:`TASK_TYPES` or ``"classification"``."""
     if task not in TASK_TYPES + ("classification",):
         raise InputError(f"unknown task {task!r}; choose {', '.join(repr(t) for t in TASK_TYPES)} (or "
                          "'classification': binary or multi-class by the number of classes)")
+
+
+def _check_target(y: Any, n: int, task: str) -> tuple[np.ndarray, str, list[Any] | None]:
+    """Target as 0/1 int (binary), class codes 0..k-1 (multi-class) or float (regression), the task, the classes."""
+    _check_task(task)
     arr = np.asarray(y)
     if arr.ndim != 1:
         raise InputError(f"y must be a 1-D array with one value per image, got shape {arr.shape}")

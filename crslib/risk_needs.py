@@ -15,7 +15,7 @@ import pandas as pd
 
 from crslib._validation import check_count, check_fractions, check_groups
 from crslib.errors import DataError, InputError
-from crslib.risk import TASK_TYPES, _check_target
+from crslib.risk_inputs import _check_target, _check_task
 from crslib.risk_multiclass import class_patients, partition
 from crslib.risk_scores import MULTICLASS
 from crslib.splits import MIN_PATIENTS, min_patients
@@ -100,8 +100,7 @@ def task_need(
     g_all = check_groups(groups, len(values))
     f = check_fractions(fractions)
     n_partitions = check_count(n_partitions, "n_partitions")
-    if task not in TASK_TYPES + ("classification",):
-        raise InputError(f"unknown task {task!r}; choose {', '.join(repr(t) for t in TASK_TYPES)}")
+    _check_task(task)
     known = values.notna().to_numpy()
     if not known.any():
         return f"`{name}` has no values (every row is empty); fill it to run it"

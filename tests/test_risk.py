@@ -854,7 +854,8 @@ def test_task_need_checks_one_partition_by_default_and_names_its_arguments_in_er
     assert task_need(y, groups=g, random_state=1, n_partitions=2).startswith("`y` does not fill partition 2 of 2:")
     assert error_message(task_need, y, groups=g, n_partitions=0) == "n_partitions must be an integer >= 1, got 0"
     assert error_message(task_need, y, groups=g, task="ordinal") == (
-        "unknown task 'ordinal'; choose 'auto', 'binary', 'multiclass', 'regression'")
+        "unknown task 'ordinal'; choose 'auto', 'binary', 'multiclass', 'regression' (or 'classification': binary "
+        "or multi-class by the number of classes)")
     # "classification" is accepted, as representation_risk takes it (binary or multi-class by the classes)
     assert task_need(np.tile(list("abc"), 10), groups=np.arange(30), task="classification") is None
     assert task_need(np.tile([0, 1], 3), groups=np.arange(6), task="classification").startswith(
