@@ -653,9 +653,9 @@ _DEFAULT_PARAM = {"linear_classification": 1.0, "linear_regression": 10.0, "knn"
 
 
 def r2(y: np.ndarray, pred: np.ndarray) -> float:
-    """Coefficient of determination (NaN for a constant ``y``)."""
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
-    return 1.0 - float(np.sum((y - pred) ** 2)) / ss_tot if ss_tot > 0 else float("nan")
+    """Coefficient of determination; NaN for a constant ``y`` (its rounding noise too: :func:`stats.sum_of_squares`)."""
+    ss_tot, varies = stats.sum_of_squares(y)
+    return 1.0 - float(np.sum((y - pred) ** 2)) / float(ss_tot[0]) if varies[0] else float("nan")
 
 
 def primary_score(task: str, y: np.ndarray, pred: np.ndarray) -> float:

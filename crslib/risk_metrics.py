@@ -31,7 +31,7 @@ from crslib._validation import check_confidence, check_count, check_groups, chec
 from crslib.errors import InputError
 from crslib.metrics import _bins, brier_loss, calibration_error, check_binary
 from crslib.risk_scores import MULTICLASS, count_matrix, weighted_auroc, weighted_macro_auroc, weighted_r2
-from crslib.stats import percentile_interval
+from crslib.stats import percentile_interval, sum_of_squares
 
 __all__ = ["PANEL_METRICS", "LOG_LOSS_EPS", "metric_panel"]
 
@@ -94,16 +94,11 @@ def _ece(correct: np.ndarray, conf: np.ndarray, counts: np.ndarray, n_bins: int)
 
 def _moments(y: np.ndarray, pred: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, ...]:
     """Weighted co-moments (s_yy, s_pp, s_yp) per resample and whether y and pred vary."""
-    # centring on the full-sample means first keeps the one-pass sums well conditioned
+    s_yy, y_varies = sum_of_squares(y, counts)
+    s_pp, p_varies = sum_of_squares(pred, counts)
+    # centred as sum_of_squares centres, for the same accuracy under a large offset
     yc, pc = y - y.mean(), pred - pred.mean()
-    w = counts.sum(axis=1)
-    my, mp = counts @ yc / w, counts @ pc / w
-    raw_yy, raw_pp = counts @ (yc * yc), counts @ (pc * pc)
-    s_yy, s_pp = raw_yy - w * my * my, raw_pp - w * mp * mp
-    s_yp = counts @ (yc * pc) - w * my * mp
-    # a constant column leaves only rounding noise, many orders below its raw sum of squares
-    y_varies = (raw_yy > 0) & (s_yy > 1e-12 * raw_yy)
-    p_varies = (raw_pp > 0) & (s_pp > 1e-12 * raw_pp)
+    s_yp = counts @ (yc * pc) - (counts @ yc) * (counts @ pc) / counts.sum(axis=1)
     return s_yy, s_pp, s_yp, y_varies, p_varies
 
 
@@ -181,10 +176,20 @@ def _finite_1d(values: Any, name: str, task: str) -> np.ndarray:
     try:
         arr = arr.astype(float)
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} for task {task!r} must hold numbers: {exc}") from exc
+        raise InputError(f"{name} for task {task!r} must hold numbers; {str(_first_non_number(arr))!r} is not one") \
+            from exc
     if not np.isfinite(arr).all():
         raise InputError(f"{name} has {int((~np.isfinite(arr)).sum())} NaN or infinite values; drop or fill those rows")
     return arr
+
+
+def _first_non_number(values: np.ndarray) -> Any:
+    for value in values:
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return value
+    return None
 
 
 def _check_multiclass(y: Any, pred: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -34,7 +34,7 @@ import pandas as pd
 from crslib.metrics import metric_score
 from crslib.probes import r2
 from crslib.risk_results import PartitionResult
-from crslib.stats import resample_indices
+from crslib.stats import resample_indices, sum_of_squares
 
 __all__ = ["UNION", "MULTICLASS", "LOSSES", "DEFAULT_LOSS", "row_losses", "resampled_loss", "spread_and_selection",
            "rank_stability", "count_matrix", "weighted_auroc", "weighted_macro_auroc", "weighted_r2", "partition_scores",
@@ -155,14 +155,11 @@ def weighted_macro_auroc(y: np.ndarray, proba: np.ndarray, counts: np.ndarray) -
 
 
 def weighted_r2(y: np.ndarray, pred: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """R^2 on every resample at once (equals R^2 on the resampled rows)."""
-    w = counts.sum(axis=1)
-    mean = counts @ y / w
-    ss_tot = counts @ (y * y) - w * mean * mean
+    """R^2 on every resample at once (equals R^2 on the resampled rows); NaN where y is constant."""
+    ss_tot, varies = sum_of_squares(y, counts)
     ss_res = counts @ ((y - pred) ** 2)
     out = np.full(counts.shape[0], np.nan)
-    ok = ss_tot > 1e-12 * np.maximum(1.0, counts @ (y * y))
-    out[ok] = 1.0 - ss_res[ok] / ss_tot[ok]
+    out[varies] = 1.0 - ss_res[varies] / ss_tot[varies]
     return out
 
 

@@ -378,6 +378,9 @@ def test_primary_score_is_auroc_or_r2():
     assert probes.r2(yr, yr) == 1.0 and np.isnan(probes.r2(np.ones(4), np.arange(4.0)))
     tiny = np.array([0.0, 0.1])  # total sum of squares 0.005: still a defined R^2
     assert probes.r2(tiny, tiny) == 1.0
+    # 0.1s: their computed mean is not 0.1, and the rounding noise left is not variation (it gave R^2 -5e29)
+    assert np.isnan(probes.r2(np.full(7, 0.1), np.full(7, 0.2)))
+    assert probes.r2(1e8 + yr, 1e8 + pr) == pytest.approx(r2_score(yr, pr), rel=1e-6)  # a large offset
 
 
 def test_degenerate_reason_names_the_part_and_its_counts():

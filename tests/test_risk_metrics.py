@@ -7,6 +7,7 @@ from sklearn.metrics import (accuracy_score, balanced_accuracy_score, f1_score, 
                              mean_squared_error, r2_score, roc_auc_score)
 
 from crslib.errors import InputError
+from assertions import error_message
 from crslib.metrics import brier_loss, calibration_error
 from crslib.risk_metrics import PANEL_METRICS, _samples, metric_panel
 from crslib.risk_scores import count_matrix
@@ -224,10 +225,96 @@ def test_integer_one_hot_predictions_are_probabilities():
 def test_small_scale_targets_and_predictions_still_vary():
     # sums of squares far below 1 are variation, not rounding noise: the test is relative to the raw sums
     y, pred = _regression()
-    small = metric_panel("regression", 1e-3 * y, 1e-3 * pred, None, n_resamples=30).set_index("metric")
-    assert small.loc["correlation", "value"] == pytest.approx(np.corrcoef(y, pred)[0, 1], abs=1e-9)
-    assert small.loc["calibration_slope", "value"] == pytest.approx(np.polyfit(pred, y, 1)[0], abs=1e-8)
-    assert small.loc["correlation", "n_undefined"] == 0 == small.loc["calibration_slope", "n_undefined"]
+    unit = metric_panel("regression", y, pred, None, n_resamples=30).set_index("metric")
+    for scale in (1e-3, 1e-7):
+        small = metric_panel("regression", scale * y, scale * pred, None, n_resamples=30).set_index("metric")
+        assert small.loc["correlation", "value"] == pytest.approx(np.corrcoef(y, pred)[0, 1], abs=1e-9)
+        assert small.loc["calibration_slope", "value"] == pytest.approx(np.polyfit(pred, y, 1)[0], abs=1e-8)
+        assert small.loc["r2", "value"] == pytest.approx(r2_score(y, pred), abs=1e-9)
+        assert small.loc[["r2", "correlation", "calibration_slope"], "n_undefined"].tolist() == [0, 0, 0]
+        np.testing.assert_allclose(small.loc[["r2", "correlation", "calibration_slope"], ["low", "high"]],
+                                   unit.loc[["r2", "correlation", "calibration_slope"], ["low", "high"]], rtol=1e-9)
+
+
+def test_a_large_offset_changes_no_regression_metric():
+    # y = 1e8 + noise: sums of squares taken without centring would lose every digit of the variation
+    y, pred = _regression()
+    unit = metric_panel("regression", y, pred, None, n_resamples=40).set_index("metric")
+    for offset_y, offset_pred in [(1e8, 1e8), (0.0, 1e8), (1e8, 0.0)]:
+        shifted = metric_panel("regression", y + offset_y, pred + offset_pred, None, n_resamples=40)
+        shifted = shifted.set_index("metric")
+        for metric in ("correlation", "calibration_slope"):
+            np.testing.assert_allclose(shifted.loc[metric, ["value", "low", "high"]].to_numpy(float),
+                                       unit.loc[metric, ["value", "low", "high"]].to_numpy(float), rtol=1e-6)
+        assert shifted.loc[["correlation", "calibration_slope"], "n_undefined"].tolist() == [0, 0]
+    both = metric_panel("regression", y + 1e8, pred + 1e8, None, n_resamples=40).set_index("metric")
+    np.testing.assert_allclose(both.loc["r2", ["value", "low", "high"]].to_numpy(float),
+                               unit.loc["r2", ["value", "low", "high"]].to_numpy(float), rtol=1e-6)
+
+
+def test_a_resample_that_draws_one_target_value_has_no_correlation_or_r2():
+    # y varies, but the first resample draws only its three 0.1s (their sums of squares are rounding noise,
+    # not 0); the second draws only equal predictions, the third varies in both
+    y = np.array([0.1, 0.1, 0.1, 0.7, 1.3, 2.9])
+    pred = np.array([0.2, 0.5, 0.9, 0.4, 0.4, 0.4])
+    counts = np.array([[1.0, 2.0, 4.0, 0.0, 0.0, 0.0], [0.0, 0.0, 0.0, 1.0, 2.0, 4.0], [1.0, 0.0, 1.0, 1.0, 0.0, 2.0]])
+    r2, mse, mae, corr, slope = _samples("regression", y, pred, counts, 10).T
+    assert np.isnan(r2[:1]).all() and np.isnan(corr[:2]).all() and np.isnan(slope[1])
+    assert np.isfinite([r2[1], r2[2], corr[2], slope[0], slope[2]]).all()
+    rows = np.repeat(np.arange(6), counts[0].astype(int))
+    assert slope[0] == pytest.approx(0.0, abs=1e-9) and mse[0] == pytest.approx(np.mean((y[rows] - pred[rows]) ** 2))
+    rows = np.repeat(np.arange(6), counts[2].astype(int))
+    assert corr[2] == pytest.approx(np.corrcoef(y[rows], pred[rows])[0, 1], rel=1e-12)
+    assert slope[2] == pytest.approx(np.polyfit(pred[rows], y[rows], 1)[0], rel=1e-9)
+    assert r2[2] == pytest.approx(r2_score(y[rows], pred[rows]), rel=1e-12)
+
+
+def test_the_binary_panel_predicts_class_1_at_one_half_and_clips_the_log_loss():
+    y = np.array([1, 0, 1, 0])
+    v = _values(metric_panel("classification", y, np.array([0.5, 0.5, 0.9, 0.1]), None, n_resamples=10))
+    assert v["accuracy"] == 0.75 and v["balanced_accuracy"] == 0.75  # 0.5 predicts class 1
+    # sure and right: each row adds -log(1 - 1e-15), about 1.1e-15, not 0
+    sure = _values(metric_panel("classification", y, y.astype(float), None, n_resamples=10))
+    assert sure["log_loss"] == pytest.approx(-np.log(1 - 1e-15), rel=1e-6)
+    # sure and wrong: a positive at 0 adds -log(1e-15), a negative at 1 -log(1 - (1 - 1e-15)): both finite
+    wrong = _values(metric_panel("classification", y, 1.0 - y, None, n_resamples=10))
+    assert wrong["log_loss"] == pytest.approx((-np.log(1e-15) - np.log1p(-(1 - 1e-15))) / 2, rel=1e-12)
+    assert _values(metric_panel("classification", np.array([1, 0]), np.array([0.0, 0.0]), None,
+                                n_resamples=10))["log_loss"] == pytest.approx((-np.log(1e-15) - np.log(1 - 1e-15)) / 2,
+                                                                              rel=1e-12)
+
+
+def test_a_sure_and_right_multiclass_prediction_has_the_clipped_log_loss():
+    y = np.array([0, 1, 2, 1])
+    v = _values(metric_panel("multiclass", y, np.eye(3)[y], None, n_resamples=10))
+    assert v["log_loss"] == pytest.approx(-np.log(1 - 1e-15), rel=1e-6) and v["accuracy"] == 1.0
+
+
+@pytest.mark.parametrize("task, y, pred, message", [
+    ("regression", np.zeros((2, 2)), np.zeros(2),
+     "y for task 'regression' must be 1-D with one value per row, got shape (2, 2)"),
+    ("regression", np.array(["a", "b"]), np.zeros(2),
+     "y for task 'regression' must hold numbers; 'a' is not one"),
+    ("regression", np.zeros(4), np.array([0.0, np.nan, np.inf, 1.0]),
+     "pred has 2 NaN or infinite values; drop or fill those rows"),
+    ("multiclass", np.array(["cat", "dog"]), np.full((2, 2), 0.5),
+     "y for task 'multiclass' must hold numbers; 'cat' is not one"),
+    ("multiclass", np.array([0, 1, 1]), np.full((2, 3), 1 / 3), "y and pred must have one entry per row: y has 3 rows, "
+     "pred has 2"),
+    ("multiclass", np.array([0, 1]), np.array([[None, 1.0], [0.5, 0.5]], dtype=object),
+     "pred for task 'multiclass' must hold finite probabilities in [0, 1]"),
+    ("multiclass", np.array([0, 1]), np.array([[np.nan, 1.0], [0.5, 0.5]]),
+     "pred for task 'multiclass' must hold finite probabilities in [0, 1]"),
+    ("multiclass", np.array([0, 1]), np.array([[-0.2, 1.0, 0.2], [0.5, 0.5, 0.0]]),
+     "pred for task 'multiclass' must hold finite probabilities in [0, 1]"),
+    ("multiclass", np.array([0, 1]), np.array([[1.2, 0.0], [0.5, 0.5]]),
+     "pred for task 'multiclass' must hold finite probabilities in [0, 1]"),
+    ("multiclass", np.array([0, 1]), np.array([[0.5, 0.4], [0.5, 0.5]]),
+     "each row of pred must sum to 1 (class probabilities), but a row misses 1 by 0.1; pass probabilities, e.g. a "
+     "softmax of the logits"),
+])
+def test_input_errors_are_read_whole(task, y, pred, message):
+    assert error_message(metric_panel, task, y, pred, None, n_resamples=10) == message
 
 
 def test_a_constant_target_leaves_the_slope_defined_and_the_correlation_undefined():

@@ -415,3 +415,33 @@ def test_auroc_label_errors_read_whole():
         "and 1 (positive)")
 
 
+
+
+def test_sum_of_squares_equals_the_resampled_rows_and_tells_rounding_noise_from_variation():
+    rng = np.random.default_rng(11)
+    values = rng.normal(size=12)
+    counts = rng.integers(0, 4, size=(6, 12)).astype(float)
+    counts[:, 0] += 1  # every resample draws something
+    ss, varies = stats.sum_of_squares(values, counts)
+    for r in range(6):
+        drawn = np.repeat(values, counts[r].astype(int))
+        assert ss[r] == pytest.approx(np.sum((drawn - drawn.mean()) ** 2), rel=1e-12)
+    assert varies.tolist() == [True] * 6
+    # no counts: one resample of every value once
+    one, one_varies = stats.sum_of_squares(values)
+    assert one.shape == (1,) and one[0] == pytest.approx(11 * values.var(ddof=1), rel=1e-12) and one_varies[0]
+
+    # a large offset: centring first keeps the sum exact where a one-pass sum would lose it all
+    ss, varies = stats.sum_of_squares(1e8 + np.array([-1.0, 0.0, 1.0]), np.array([[1.0, 1.0, 1.0], [2.0, 0.0, 2.0]]))
+    assert ss.tolist() == [2.0, 4.0] and varies.tolist() == [True, True]
+    # variation at a tiny scale is variation: the test is relative, not absolute
+    ss, varies = stats.sum_of_squares(1e-7 * values)
+    assert varies[0] and ss[0] == pytest.approx(1e-14 * 11 * values.var(ddof=1), rel=1e-9)
+
+    # constants: 0.1s whose computed mean is not 0.1, and a resample that draws only equal values of a varying
+    # column (its sum is rounding noise, not 0)
+    assert not stats.sum_of_squares(np.full(3, 0.1))[1][0]
+    y = np.array([0.1, 0.1, 0.1, 0.7, 1.3, 2.9])
+    ss, varies = stats.sum_of_squares(y, np.array([[1.0, 2.0, 4.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]]))
+    assert 0 < ss[0] < 1e-14 and varies.tolist() == [False, True]
+    assert ss[1] == pytest.approx(0.18, rel=1e-12)

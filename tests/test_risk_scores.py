@@ -1,0 +1,102 @@
+"""Known answers for the representation-risk scores on resamples (crslib.risk_scores): R^2 on resamples that
+draw one target value or carry a large offset, the spread of candidates and the encoders' ranks over partitions,
+and the mean rank correlation between partitions."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.metrics import r2_score
+
+from crslib.risk_scores import _mean_spearman, partition_scores, rank_stability, spread_and_selection, weighted_r2
+
+
+def test_weighted_r2_is_undefined_on_a_resample_of_one_target_value():
+    y = np.array([0.1, 0.1, 0.1, 0.7, 1.3, 2.9])
+    pred = np.array([0.2, 0.5, 0.9, 0.4, 0.4, 0.4])
+    counts = np.array([[1.0, 2.0, 4.0, 0.0, 0.0, 0.0], [1.0, 0.0, 1.0, 1.0, 0.0, 2.0]])
+    out = weighted_r2(y, pred, counts)
+    rows = np.repeat(np.arange(6), counts[1].astype(int))
+    assert np.isnan(out[0]) and out[1] == pytest.approx(r2_score(y[rows], pred[rows]), rel=1e-12)
+
+
+@pytest.mark.parametrize("scale, offset", [(1.0, 1e8), (1e-7, 0.0), (1e-7, 1.0)])
+def test_weighted_r2_keeps_its_value_under_a_large_offset_or_a_tiny_scale(scale, offset):
+    rng = np.random.default_rng(3)
+    y = rng.normal(size=40)
+    pred = 0.6 * y + rng.normal(scale=0.5, size=40)
+    counts = rng.integers(0, 3, size=(5, 40)).astype(float)
+    expected = weighted_r2(y, pred, counts)
+    assert np.isfinite(expected).all()
+    np.testing.assert_allclose(weighted_r2(offset + scale * y, offset + scale * pred, counts), expected, rtol=1e-6)
+    assert partition_scores("regression", offset + scale * y, offset + scale * pred)[0] == pytest.approx(
+        r2_score(y, pred), rel=1e-6)
+
+
+def test_mean_spearman_known_answers():
+    same_order = np.array([[0.9, 0.8, 0.7], [0.6, 0.5, 0.1]])
+    assert _mean_spearman(same_order) == pytest.approx(1.0)
+    assert _mean_spearman(np.array([[0.9, 0.8], [0.1, 0.5]])) == pytest.approx(-1.0)  # two encoders swap
+    # three partitions: pairs (1, 2) agree, (1, 3) and (2, 3) reverse -> (1 - 1 - 1) / 3
+    assert _mean_spearman(np.array([[3.0, 2.0, 1.0], [0.3, 0.2, 0.1], [1.0, 2.0, 3.0]])) == pytest.approx(-1 / 3)
+    # ranks are taken within each partition, not over the whole matrix
+    assert _mean_spearman(np.array([[10.0, 20.0, 30.0], [1.0, 3.0, 2.0]])) == pytest.approx(0.5)
+    # a partition whose encoders all tie has no ranking to compare; fewer than two of either: undefined
+    assert _mean_spearman(np.array([[0.5, 0.5, 0.5], [0.1, 0.2, 0.3], [0.2, 0.3, 0.4]])) == pytest.approx(1.0)
+    assert np.isnan(_mean_spearman(np.array([[0.5, 0.5], [0.2, 0.2]])))
+    assert np.isnan(_mean_spearman(np.array([[0.1, 0.2, 0.3]]))) and np.isnan(_mean_spearman(np.ones((3, 1))))
+
+
+def _partition(index, rows, selected):
+    """A PartitionResult with hand-made candidates (the columns spread_and_selection and rank_stability read)."""
+    from crslib.risk_results import PartitionResult
+
+    columns = ["candidate", "encoder", "head", "kind", "val_score", "test_score", "val_loss", "test_loss"]
+    candidates = pd.DataFrame(rows, columns=columns)
+    candidates["selected"] = candidates["candidate"] == selected
+    empty = np.array([], dtype=np.int64)
+    return PartitionResult(candidates=candidates, selected=selected, union={}, comparisons=pd.DataFrame(),
+                           reduction=pd.DataFrame(), train_idx=empty, val_idx=empty, test_idx=empty, partition=index)
+
+
+def _two_partitions():
+    first = _partition(0, [("zeta/linear", "zeta", "linear", "single", 0.70, 0.60, 0.50, 0.42),
+                           ("alpha/linear", "alpha", "linear", "single", 0.80, 0.75, 0.40, 0.45),
+                           ("alpha/knn", "alpha", "knn", "single", 0.78, 0.65, 0.42, 0.40),
+                           ("average/linear", "average", "linear", "average", 0.82, 0.70, 0.38, 0.44)],
+                       selected="average/linear")
+    second = _partition(1, [("zeta/linear", "zeta", "linear", "single", 0.90, 0.80, 0.30, 0.35),
+                            ("alpha/linear", "alpha", "linear", "single", 0.60, 0.55, 0.60, 0.65),
+                            ("alpha/knn", "alpha", "knn", "single", 0.62, 0.61, 0.58, 0.60),
+                            ("average/linear", "average", "linear", "average", 0.85, 0.72, 0.35, 0.50)],
+                        selected="zeta/linear")
+    return [first, second]
+
+
+def test_spread_and_selection_known_answers():
+    all_partitions, spread, counts = spread_and_selection(_two_partitions(), ["zeta", "alpha"])
+    assert all_partitions.columns[0] == "partition" and all_partitions["partition"].tolist() == [0] * 4 + [1] * 4
+    assert all_partitions.index.tolist() == list(range(8))
+    # one row per candidate, in the order the candidates come (not sorted by name)
+    assert spread.columns.tolist() == ["candidate", "encoder", "head", "val_mean", "mean", "sd", "min", "max",
+                                       "n_partitions", "times_selected"]
+    assert spread["candidate"].tolist() == ["zeta/linear", "alpha/linear", "alpha/knn", "average/linear"]
+    assert spread["encoder"].tolist() == ["zeta", "alpha", "alpha", "average"]
+    assert spread["head"].tolist() == ["linear", "linear", "knn", "linear"]
+    zeta = spread.iloc[0]
+    assert (zeta["val_mean"], zeta["mean"], zeta["min"], zeta["max"]) == pytest.approx((0.80, 0.70, 0.60, 0.80))
+    assert zeta["sd"] == pytest.approx(np.std([0.60, 0.80], ddof=1)) and zeta["n_partitions"] == 2
+    assert spread["times_selected"].tolist() == [1, 0, 0, 1] and spread["times_selected"].dtype == np.int64
+    # the combinations present join the encoders, in crslib's order
+    assert counts["encoder"].tolist() == ["zeta", "alpha", "average"]
+    assert counts["count"].tolist() == [1, 0, 1] and counts["share"].tolist() == [0.5, 0.0, 0.5]
+
+
+def test_rank_stability_ranks_each_encoder_by_its_best_validation_head():
+    table, correlation = rank_stability(_two_partitions(), ["zeta", "alpha"])
+    # partition 0: alpha's lowest validation loss is alpha/linear's (0.40 < zeta's 0.50), so alpha ranks first on
+    # validation; on test alpha keeps that head's loss (0.45, not alpha/knn's 0.40), and zeta's 0.42 ranks first.
+    # partition 1: zeta (0.30) beats alpha's best head (alpha/knn, 0.58) on both
+    assert table["encoder"].tolist() == ["zeta", "alpha"]
+    assert table["mean_val_rank"].tolist() == [1.5, 1.5] and table["mean_test_rank"].tolist() == [1.0, 2.0]
+    assert table["share_first_val"].tolist() == [0.5, 0.5] and table["share_first_test"].tolist() == [1.0, 0.0]
+    assert correlation == {"validation": pytest.approx(-1.0), "test": pytest.approx(1.0)}
