@@ -270,9 +270,9 @@ def test_a_resample_that_draws_one_target_value_has_no_correlation_or_r2():
 
 
 def test_the_binary_panel_predicts_class_1_at_one_half_and_clips_the_log_loss():
-    y = np.array([1, 0, 1, 0])
-    v = _values(metric_panel("classification", y, np.array([0.5, 0.5, 0.9, 0.1]), None, n_resamples=10))
-    assert v["accuracy"] == 0.75 and v["balanced_accuracy"] == 0.75  # 0.5 predicts class 1
+    y = np.array([1, 1, 0, 0])
+    v = _values(metric_panel("classification", y, np.array([0.5, 0.5, 0.1, 0.1]), None, n_resamples=10))
+    assert v["accuracy"] == 1.0 and v["balanced_accuracy"] == 1.0 and v["macro_f1"] == 1.0  # 0.5 predicts class 1
     # sure and right: each row adds -log(1 - 1e-15), about 1.1e-15, not 0
     sure = _values(metric_panel("classification", y, y.astype(float), None, n_resamples=10))
     assert sure["log_loss"] == pytest.approx(-np.log(1 - 1e-15), rel=1e-6)
@@ -293,9 +293,9 @@ def test_a_sure_and_right_multiclass_prediction_has_the_clipped_log_loss():
 @pytest.mark.parametrize("task, y, pred, message", [
     ("regression", np.zeros((2, 2)), np.zeros(2),
      "y for task 'regression' must be 1-D with one value per row, got shape (2, 2)"),
-    ("regression", np.array(["a", "b"]), np.zeros(2),
+    ("regression", np.array(["0.5", "a", "b"]), np.zeros(3),
      "y for task 'regression' must hold numbers; 'a' is not one"),
-    ("regression", np.zeros(4), np.array([0.0, np.nan, np.inf, 1.0]),
+    ("regression", np.zeros(5), np.array([0.0, np.nan, np.inf, 1.0, 2.0]),
      "pred has 2 NaN or infinite values; drop or fill those rows"),
     ("multiclass", np.array(["cat", "dog"]), np.full((2, 2), 0.5),
      "y for task 'multiclass' must hold numbers; 'cat' is not one"),
