@@ -7,7 +7,10 @@ import pandas as pd
 import pytest
 from sklearn.metrics import r2_score
 
-from crslib.risk_scores import _mean_spearman, partition_scores, rank_stability, spread_and_selection, weighted_r2
+from crslib.risk_scores import (_mean_spearman, count_matrix, partition_scores, rank_stability, resampled_loss,
+                                resampled_primary, row_losses, spread_and_selection, weighted_auroc, weighted_macro_auroc,
+                                weighted_r2)
+from crslib.stats import resample_indices
 
 
 def test_weighted_r2_is_undefined_on_a_resample_of_one_target_value():
@@ -100,3 +103,52 @@ def test_rank_stability_ranks_each_encoder_by_its_best_validation_head():
     assert table["mean_val_rank"].tolist() == [1.5, 1.5] and table["mean_test_rank"].tolist() == [1.0, 2.0]
     assert table["share_first_val"].tolist() == [0.5, 0.5] and table["share_first_test"].tolist() == [1.0, 0.0]
     assert correlation == {"validation": pytest.approx(-1.0), "test": pytest.approx(1.0)}
+
+
+def test_row_losses_known_answers():
+    y = np.array([1, 0, 1, 0])
+    p = np.array([0.8, 0.3, 0.0, 1.0])  # the last two are sure and wrong: clipped to 1e-15, finite
+    np.testing.assert_allclose(row_losses("classification", y, p, "log_loss"),
+                               [-np.log(0.8), -np.log(0.7), -np.log(1e-15), -np.log(1e-15)], rtol=1e-12)
+    sure = row_losses("classification", np.array([1, 0]), np.array([1.0, 0.0]), "log_loss")
+    np.testing.assert_allclose(sure, -np.log(1 - 1e-15), rtol=1e-6)  # about 1.1e-15, not 0
+    proba = np.array([[0.7, 0.2, 0.1], [0.1, 0.3, 0.6], [0.0, 1.0, 0.0]])
+    np.testing.assert_allclose(row_losses("multiclass", np.array([0, 2, 0]), proba, "log_loss"),
+                               [-np.log(0.7), -np.log(0.6), -np.log(1e-15)], rtol=1e-12)
+    target, pred = np.array([1.0, 2.0, -1.0]), np.array([0.5, 4.0, -1.0])
+    assert row_losses("regression", target, pred, "mse").tolist() == [0.25, 4.0, 0.0]
+    assert row_losses("regression", target, pred, "mae").tolist() == [0.5, 2.0, 0.0]
+
+
+def test_resampled_loss_is_the_mean_over_the_resampled_rows():
+    loss = np.array([0.5, 2.0, 1.0, 4.0])
+    counts = np.array([[1.0, 1.0, 1.0, 1.0], [2.0, 0.0, 1.0, 0.0], [0.0, 0.0, 0.0, 3.0]])
+    assert resampled_loss(loss, counts).tolist() == [1.875, 2.0 / 3.0, 4.0]
+
+
+def test_count_matrix_draws_whole_patients_as_resample_indices_does():
+    groups = np.array(["a", "a", "b", "c", "c", "c", "d"])
+    counts = count_matrix(groups, 50, 3)
+    assert counts.shape == (50, 7)
+    draws = resample_indices(7, n_resamples=50, groups=groups, random_state=3)
+    for r, idx in enumerate(draws):
+        assert counts[r].tolist() == np.bincount(idx, minlength=7).tolist()
+    # a patient's images are drawn together, and every resample draws 4 patients
+    assert (counts[:, 0] == counts[:, 1]).all() and (counts[:, 3] == counts[:, 5]).all()
+    patients_drawn = counts[:, 0] + counts[:, 2] + counts[:, 3] + counts[:, 6]
+    assert (patients_drawn == 4).all()
+    assert not np.array_equal(count_matrix(groups, 50, 4), counts)
+
+
+def test_resampled_primary_is_the_tasks_primary_metric():
+    rng = np.random.default_rng(5)
+    counts = rng.integers(0, 3, size=(4, 30)).astype(float)
+    y = np.r_[np.zeros(15), np.ones(15)].astype(np.int64)
+    p = rng.random(30)
+    np.testing.assert_array_equal(resampled_primary("classification", y, p, counts), weighted_auroc(y, p, counts))
+    codes = np.arange(30) % 3
+    proba = rng.dirichlet(np.ones(3), size=30)
+    np.testing.assert_array_equal(resampled_primary("multiclass", codes, proba, counts),
+                                  weighted_macro_auroc(codes, proba, counts))
+    target = rng.normal(size=30)
+    np.testing.assert_array_equal(resampled_primary("regression", target, p, counts), weighted_r2(target, p, counts))
