@@ -69,7 +69,7 @@ def _two_partitions():
                        selected="average/linear")
     second = _partition(1, [("zeta/linear", "zeta", "linear", "single", 0.90, 0.80, 0.30, 0.35),
                             ("alpha/linear", "alpha", "linear", "single", 0.60, 0.55, 0.60, 0.65),
-                            ("alpha/knn", "alpha", "knn", "single", 0.62, 0.61, 0.58, 0.60),
+                            ("alpha/knn", "alpha", "knn", "single", 0.62, 0.61, 0.28, 0.60),
                             ("average/linear", "average", "linear", "average", 0.85, 0.72, 0.35, 0.50)],
                         selected="zeta/linear")
     return [first, second]
@@ -98,11 +98,19 @@ def test_rank_stability_ranks_each_encoder_by_its_best_validation_head():
     table, correlation = rank_stability(_two_partitions(), ["zeta", "alpha"])
     # partition 0: alpha's lowest validation loss is alpha/linear's (0.40 < zeta's 0.50), so alpha ranks first on
     # validation; on test alpha keeps that head's loss (0.45, not alpha/knn's 0.40), and zeta's 0.42 ranks first.
-    # partition 1: zeta (0.30) beats alpha's best head (alpha/knn, 0.58) on both
+    # partition 1: alpha's best head is its second row, alpha/knn (0.28 < zeta's 0.30); its test loss 0.60 ranks second
     assert table["encoder"].tolist() == ["zeta", "alpha"]
-    assert table["mean_val_rank"].tolist() == [1.5, 1.5] and table["mean_test_rank"].tolist() == [1.0, 2.0]
-    assert table["share_first_val"].tolist() == [0.5, 0.5] and table["share_first_test"].tolist() == [1.0, 0.0]
-    assert correlation == {"validation": pytest.approx(-1.0), "test": pytest.approx(1.0)}
+    assert table["mean_val_rank"].tolist() == [2.0, 1.0] and table["mean_test_rank"].tolist() == [1.0, 2.0]
+    assert table["share_first_val"].tolist() == [0.0, 1.0] and table["share_first_test"].tolist() == [1.0, 0.0]
+    assert correlation == {"validation": pytest.approx(1.0), "test": pytest.approx(1.0)}
+    # tied losses share the better rank
+    tied = [_partition(i, [("zeta/linear", "zeta", "linear", "single", 0.7, 0.7, 0.5, 0.5),
+                           ("alpha/linear", "alpha", "linear", "single", 0.7, 0.7, 0.5, 0.5),
+                           ("beta/linear", "beta", "linear", "single", 0.6, 0.6, 0.9, 0.9 - 0.1 * i)],
+                       selected="zeta/linear") for i in range(2)]
+    table, correlation = rank_stability(tied, ["zeta", "alpha", "beta"])
+    assert table["mean_val_rank"].tolist() == [1.0, 1.0, 3.0] and table["share_first_test"].tolist() == [1.0, 1.0, 0.0]
+    assert correlation["validation"] == pytest.approx(1.0)
 
 
 def test_row_losses_known_answers():
