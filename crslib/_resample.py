@@ -1,7 +1,8 @@
-"""Bootstrap index drawing behind :mod:`crslib.stats`: argument checks and the resampler.
+"""Bootstrap index drawing behind :mod:`crslib.stats`: argument checks, the resampler, and sums of squares
+over resamples.
 
-Private: :func:`crslib.stats.resample_indices` and the bootstrap functions of
-:mod:`crslib.stats` are the public entry points.
+Private: :func:`crslib.stats.resample_indices`, :func:`crslib.stats.sum_of_squares` and the bootstrap
+functions of :mod:`crslib.stats` are the public entry points.
 """
 
 from __future__ import annotations
@@ -95,3 +96,47 @@ class Resampler:
         # positions start[g] .. start[g]+count[g]-1 for each drawn group, vectorised
         offsets = np.repeat(self.start[drawn] - (np.cumsum(lens) - lens), lens)
         return self.order[offsets + np.arange(total)]
+
+
+def sum_of_squares(values: Any, counts: Any = None) -> tuple[np.ndarray, np.ndarray]:
+    """Sum of squared deviations from the mean on each resample, and whether it is more than rounding noise.
+
+    The one rule in crslib for "does this column vary" (R^2, correlation and
+    calibration slope are undefined where it does not).
+
+    Parameters
+    ----------
+    values : array-like of shape (n,)
+        Numbers.
+    counts : array-like of shape (n_resamples, n), optional
+        How often each resample drew each value (a bootstrap count matrix);
+        default: one resample of every value once.
+
+    Returns
+    -------
+    ss : ndarray of shape (n_resamples,)
+        Sum of squared deviations from the resample's mean, each value
+        counted as often as it was drawn.
+    varies : ndarray of bool, shape (n_resamples,)
+        False where ``ss`` is below 1e-12 of the centred raw sum of squares:
+        the rounding noise of a constant, at any scale.
+
+    Notes
+    -----
+    The values are centred on their overall mean first, which keeps the
+    one-pass sums accurate under a large offset (``1e8 + noise``).
+
+    Examples
+    --------
+    >>> ss, varies = sum_of_squares(np.full(3, 0.1))  # their computed mean is not exactly 0.1
+    >>> varies.tolist(), sum_of_squares(1e8 + np.array([-1.0, 0.0, 1.0]))[0].tolist()
+    ([False], [2.0])
+    """
+    v = np.asarray(values)
+    weights = np.ones((1, v.size)) if counts is None else np.asarray(counts)
+    centred = v - v.mean()
+    n_drawn = weights.sum(axis=1)
+    mean = weights @ centred / n_drawn
+    raw = weights @ (centred * centred)
+    ss = raw - n_drawn * mean * mean
+    return ss, (raw > 0) & (ss > 1e-12 * raw)

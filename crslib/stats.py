@@ -26,6 +26,7 @@ import numpy as np
 from crslib._resample import Resampler as _Resampler
 from crslib._resample import as_arrays as _as_arrays
 from crslib._resample import check_no_missing
+from crslib._resample import sum_of_squares  # noqa: F401  (public here)
 from crslib._validation import check_confidence, check_count
 from crslib.errors import InputError
 
@@ -225,29 +226,6 @@ def percentile_interval(samples: Any, confidence: float) -> tuple[np.ndarray, np
         low = np.nanpercentile(samples, 100 * alpha, axis=0)
         high = np.nanpercentile(samples, 100 * (1 - alpha), axis=0)
     return low, high, n_invalid
-
-
-def sum_of_squares(values: Any, counts: Any = None) -> tuple[np.ndarray, np.ndarray]:
-    """Sum of squared deviations from the mean on each resample, and whether it is more than rounding noise.
-
-    ``counts`` (n_resamples, n) says how often each resample drew each value
-    (default: one resample of every value once). The values are centred on
-    their overall mean first, which keeps the one-pass sums accurate under a
-    large offset; a sum below 1e-12 of the centred raw sum of squares is the
-    rounding noise of a constant (``varies`` False), whatever the scale.
-
-    >>> ss, varies = sum_of_squares(np.full(3, 0.1))  # their computed mean is not exactly 0.1
-    >>> varies.tolist(), sum_of_squares(1e8 + np.array([-1.0, 0.0, 1.0]))[0].tolist()
-    ([False], [2.0])
-    """
-    v = np.asarray(values)
-    weights = np.ones((1, v.size)) if counts is None else np.asarray(counts)
-    centred = v - v.mean()
-    n_drawn = weights.sum(axis=1)
-    mean = weights @ centred / n_drawn
-    raw = weights @ (centred * centred)
-    ss = raw - n_drawn * mean * mean
-    return ss, (raw > 0) & (ss > 1e-12 * raw)
 
 
 def _scalarise(x):
