@@ -273,9 +273,9 @@ def test_the_binary_panel_predicts_class_1_at_one_half_and_clips_the_log_loss():
     y = np.array([1, 1, 0, 0])
     v = _values(metric_panel("classification", y, np.array([0.5, 0.5, 0.1, 0.1]), None, n_resamples=10))
     assert v["accuracy"] == 1.0 and v["balanced_accuracy"] == 1.0 and v["macro_f1"] == 1.0  # 0.5 predicts class 1
-    # sure and right: each row adds -log(1 - 1e-15), about 1.1e-15, not 0
+    # sure and right: a positive at 1 adds -log(1 - 1e-15), a negative at 0 -log1p(-1e-15): about 1e-15 each, not 0
     sure = _values(metric_panel("classification", y, y.astype(float), None, n_resamples=10))
-    assert sure["log_loss"] == pytest.approx(-np.log(1 - 1e-15), rel=1e-6)
+    assert sure["log_loss"] == pytest.approx((-np.log(1 - 1e-15) - np.log1p(-1e-15)) / 2, rel=1e-9, abs=0)
     # sure and wrong: a positive at 0 adds -log(1e-15), a negative at 1 -log(1 - (1 - 1e-15)): both finite
     wrong = _values(metric_panel("classification", y, 1.0 - y, None, n_resamples=10))
     assert wrong["log_loss"] == pytest.approx((-np.log(1e-15) - np.log1p(-(1 - 1e-15))) / 2, rel=1e-12)
@@ -287,7 +287,7 @@ def test_the_binary_panel_predicts_class_1_at_one_half_and_clips_the_log_loss():
 def test_a_sure_and_right_multiclass_prediction_has_the_clipped_log_loss():
     y = np.array([0, 1, 2, 1])
     v = _values(metric_panel("multiclass", y, np.eye(3)[y], None, n_resamples=10))
-    assert v["log_loss"] == pytest.approx(-np.log(1 - 1e-15), rel=1e-6) and v["accuracy"] == 1.0
+    assert v["log_loss"] == pytest.approx(-np.log(1 - 1e-15), rel=1e-6, abs=0) and v["accuracy"] == 1.0
 
 
 @pytest.mark.parametrize("task, y, pred, message", [

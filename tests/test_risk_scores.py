@@ -45,6 +45,7 @@ def test_mean_spearman_known_answers():
     assert _mean_spearman(np.array([[10.0, 20.0, 30.0], [1.0, 3.0, 2.0]])) == pytest.approx(0.5)
     # a partition whose encoders all tie has no ranking to compare; fewer than two of either: undefined
     assert _mean_spearman(np.array([[0.5, 0.5, 0.5], [0.1, 0.2, 0.3], [0.2, 0.3, 0.4]])) == pytest.approx(1.0)
+    assert _mean_spearman(np.array([[0.1, 0.2, 0.3], [0.2, 0.3, 0.4], [0.5, 0.5, 0.5]])) == pytest.approx(1.0)
     assert np.isnan(_mean_spearman(np.array([[0.5, 0.5], [0.2, 0.2]])))
     assert np.isnan(_mean_spearman(np.array([[0.1, 0.2, 0.3]]))) and np.isnan(_mean_spearman(np.ones((3, 1))))
 
@@ -70,28 +71,31 @@ def _two_partitions():
     second = _partition(1, [("zeta/linear", "zeta", "linear", "single", 0.90, 0.80, 0.30, 0.35),
                             ("alpha/linear", "alpha", "linear", "single", 0.60, 0.55, 0.60, 0.65),
                             ("alpha/knn", "alpha", "knn", "single", 0.62, 0.61, 0.28, 0.60),
-                            ("average/linear", "average", "linear", "average", 0.85, 0.72, 0.35, 0.50)],
-                        selected="zeta/linear")
+                            ("average/linear", "average", "linear", "average", 0.85, 0.72, 0.35, 0.50),
+                            ("greedy/linear", "greedy", "linear", "greedy", 0.88, 0.74, 0.33, 0.48)],
+                        selected="greedy/linear")
     return [first, second]
 
 
 def test_spread_and_selection_known_answers():
     all_partitions, spread, counts = spread_and_selection(_two_partitions(), ["zeta", "alpha"])
-    assert all_partitions.columns[0] == "partition" and all_partitions["partition"].tolist() == [0] * 4 + [1] * 4
-    assert all_partitions.index.tolist() == list(range(8))
+    assert all_partitions.columns[0] == "partition" and all_partitions["partition"].tolist() == [0] * 4 + [1] * 5
+    assert all_partitions.index.tolist() == list(range(9))
     # one row per candidate, in the order the candidates come (not sorted by name)
     assert spread.columns.tolist() == ["candidate", "encoder", "head", "val_mean", "mean", "sd", "min", "max",
                                        "n_partitions", "times_selected"]
-    assert spread["candidate"].tolist() == ["zeta/linear", "alpha/linear", "alpha/knn", "average/linear"]
-    assert spread["encoder"].tolist() == ["zeta", "alpha", "alpha", "average"]
-    assert spread["head"].tolist() == ["linear", "linear", "knn", "linear"]
+    assert spread["candidate"].tolist() == ["zeta/linear", "alpha/linear", "alpha/knn", "average/linear",
+                                            "greedy/linear"]
+    assert spread["encoder"].tolist() == ["zeta", "alpha", "alpha", "average", "greedy"]
+    assert spread["head"].tolist() == ["linear", "linear", "knn", "linear", "linear"]
     zeta = spread.iloc[0]
     assert (zeta["val_mean"], zeta["mean"], zeta["min"], zeta["max"]) == pytest.approx((0.80, 0.70, 0.60, 0.80))
     assert zeta["sd"] == pytest.approx(np.std([0.60, 0.80], ddof=1)) and zeta["n_partitions"] == 2
-    assert spread["times_selected"].tolist() == [1, 0, 0, 1] and spread["times_selected"].dtype == np.int64
+    assert spread["n_partitions"].tolist() == [2, 2, 2, 2, 1]
+    assert spread["times_selected"].tolist() == [0, 0, 0, 1, 1] and spread["times_selected"].dtype == np.int64
     # the combinations present join the encoders, in crslib's order
-    assert counts["encoder"].tolist() == ["zeta", "alpha", "average"]
-    assert counts["count"].tolist() == [1, 0, 1] and counts["share"].tolist() == [0.5, 0.0, 0.5]
+    assert counts["encoder"].tolist() == ["zeta", "alpha", "average", "greedy"]
+    assert counts["count"].tolist() == [0, 0, 1, 1] and counts["share"].tolist() == [0.0, 0.0, 0.5, 0.5]
 
 
 def test_rank_stability_ranks_each_encoder_by_its_best_validation_head():
