@@ -323,3 +323,17 @@ def test_a_constant_target_leaves_the_slope_defined_and_the_correlation_undefine
     assert np.isnan(panel.loc["correlation", "value"]) and panel.loc["correlation", "n_undefined"] == 20
     assert panel.loc["calibration_slope", "value"] == pytest.approx(0.0, abs=1e-12)
     assert panel.loc["calibration_slope", "n_undefined"] == 0
+
+
+def test_macro_f1_leaves_out_a_class_neither_drawn_nor_predicted_on_a_resample():
+    # three classes; the first resample draws no row of class 2 and predicts none, the second draws one row of
+    # class 2 that is predicted as class 0 (its F1 is 0 and counts)
+    y = np.array([0, 1, 0, 1, 2])
+    proba = np.array([[0.8, 0.1, 0.1], [0.2, 0.7, 0.1], [0.3, 0.6, 0.1], [0.1, 0.8, 0.1], [0.5, 0.2, 0.3]])
+    counts = np.array([[1.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 1.0]])
+    macro_f1 = _samples("multiclass", y, proba, counts, 10)[:, PANEL_METRICS["multiclass"].index("macro_f1")]
+    label = proba.argmax(axis=1)
+    for r in range(2):
+        rows = np.repeat(np.arange(5), counts[r].astype(int))
+        assert macro_f1[r] == pytest.approx(f1_score(y[rows], label[rows], average="macro"), rel=1e-12)
+    assert macro_f1.tolist() == pytest.approx([(2 / 3 + 0.8) / 2, (2 / 3 + 1.0 + 0.0) / 3])

@@ -164,3 +164,17 @@ def test_resampled_primary_is_the_tasks_primary_metric():
                                   weighted_macro_auroc(codes, proba, counts))
     target = rng.normal(size=30)
     np.testing.assert_array_equal(resampled_primary("regression", target, p, counts), weighted_r2(target, p, counts))
+
+
+def test_weighted_auroc_of_one_positive_and_one_negative_is_defined():
+    y = np.array([1, 0, 1, 0])
+    score = np.array([0.9, 0.2, 0.1, 0.4])
+    counts = np.array([[1.0, 1.0, 0.0, 0.0], [0.0, 0.0, 1.0, 1.0], [1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 1.0]])
+    out = weighted_auroc(y, score, counts)
+    assert out[:3].tolist() == [1.0, 0.0, 1.0] and np.isnan(out[3])  # the last draws negatives only
+
+
+def test_binary_partition_scores_predict_class_1_from_one_half():
+    y = np.array([1, 1, 0, 0])
+    primary, accuracy = partition_scores("classification", y, np.array([0.5, 0.7, 0.2, 0.4]))
+    assert primary == 1.0 and accuracy == 1.0
