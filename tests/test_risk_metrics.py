@@ -312,6 +312,17 @@ def test_a_sure_and_right_multiclass_prediction_has_the_clipped_log_loss():
     ("multiclass", np.array([0, 1]), np.array([[0.5, 0.4], [0.5, 0.5]]),
      "each row of pred must sum to 1 (class probabilities), but a row misses 1 by 0.1; pass probabilities, e.g. a "
      "softmax of the logits"),
+    ("regression", np.array([0.0, 2.0, 1.0]), np.zeros((3, 2)),
+     "pred for task 'regression' must be 1-D with one value per row (P(y=1) for 'classification'), got shape (3, 2)"),
+    ("classification", np.array([0, 1, 1]), np.zeros((3, 2)),
+     "pred for task 'classification' must be 1-D with one value per row (P(y=1) for 'classification'), got shape "
+     "(3, 2); for class-probability columns use task='multiclass'"),
+    ("classification", np.array([0, 1, 1]), np.array([0.2, 1.3, 0.5]),
+     "pred must be probabilities in [0, 1], but 1 values lie outside (range found [0.2, 1.3]); pass probabilities, "
+     "e.g. a sigmoid of the logits, not raw scores"),
+    ("classification", np.array([0, 2, 1]), np.array([0.2, 0.3, 0.5]),
+     "labels must be binary 0/1 (or bool), but 1 labels are not (e.g. [2]); map them to 0 (negative) and 1 "
+     "(positive)"),
 ])
 def test_input_errors_are_read_whole(task, y, pred, message):
     assert error_message(metric_panel, task, y, pred, None, n_resamples=10) == message
@@ -337,3 +348,11 @@ def test_macro_f1_leaves_out_a_class_neither_drawn_nor_predicted_on_a_resample()
         rows = np.repeat(np.arange(5), counts[r].astype(int))
         assert macro_f1[r] == pytest.approx(f1_score(y[rows], label[rows], average="macro"), rel=1e-12)
     assert macro_f1.tolist() == pytest.approx([(2 / 3 + 0.8) / 2, (2 / 3 + 1.0 + 0.0) / 3])
+
+
+def test_a_binary_panel_of_one_class_is_computed_with_its_undefined_metrics_counted():
+    panel = metric_panel("classification", np.array([1, 1, 1]), np.array([0.2, 0.7, 0.9]), None,
+                         n_resamples=5).set_index("metric")
+    assert panel.loc["accuracy", "value"] == pytest.approx(2 / 3)
+    assert np.isnan(panel.loc["auroc", "value"]) and panel.loc["auroc", "n_undefined"] == 5
+    assert panel.loc["balanced_accuracy", "n_undefined"] == 5 and panel.loc["log_loss", "n_undefined"] == 0
