@@ -323,6 +323,9 @@ def test_a_sure_and_right_multiclass_prediction_has_the_clipped_log_loss():
     ("classification", np.array([0, 2, 1]), np.array([0.2, 0.3, 0.5]),
      "labels must be binary 0/1 (or bool), but 1 labels are not (e.g. [2]); map them to 0 (negative) and 1 "
      "(positive)"),
+    ("regression", np.zeros(3), np.array(["0.5", "1.5", "x"]),
+     "pred for task 'regression' must hold numbers; 'x' is not one"),
+    ("regression", np.zeros(0), np.zeros(0), "y and pred are empty: there are no rows to evaluate"),
 ])
 def test_input_errors_are_read_whole(task, y, pred, message):
     assert error_message(metric_panel, task, y, pred, None, n_resamples=10) == message
@@ -356,3 +359,12 @@ def test_a_binary_panel_of_one_class_is_computed_with_its_undefined_metrics_coun
     assert panel.loc["accuracy", "value"] == pytest.approx(2 / 3)
     assert np.isnan(panel.loc["auroc", "value"]) and panel.loc["auroc", "n_undefined"] == 5
     assert panel.loc["balanced_accuracy", "n_undefined"] == 5 and panel.loc["log_loss", "n_undefined"] == 0
+
+
+def test_the_defaults_are_2000_resamples_of_seed_0_and_n_bins_is_checked():
+    y, pred = _regression(n=40)
+    constant = np.full(40, 0.3)
+    default = metric_panel("regression", y, constant, np.arange(40))
+    assert default.equals(metric_panel("regression", y, constant, np.arange(40), n_resamples=2000, random_state=0))
+    assert default.set_index("metric").loc["calibration_slope", "n_undefined"] == 2000
+    assert error_message(metric_panel, "regression", y, pred, None, n_bins=0) == "n_bins must be an integer >= 1, got 0"
