@@ -29,7 +29,7 @@ import pandas as pd
 
 from crslib._validation import check_confidence, check_count, check_groups, check_random_state
 from crslib.errors import InputError
-from crslib.metrics import _bins, brier_loss, calibration_error, check_binary
+from crslib.metrics import _bins, check_binary
 from crslib.risk_scores import MULTICLASS, count_matrix, weighted_auroc, weighted_macro_auroc, weighted_r2
 from crslib.stats import percentile_interval, sum_of_squares
 
@@ -317,14 +317,10 @@ def metric_panel(task: str, y: np.ndarray, pred: np.ndarray, groups: np.ndarray 
     random_state = check_random_state(random_state)
     n_bins = check_count(n_bins, "n_bins")
 
+    # The point estimate is the resampled statistic on the all-ones draw: its ECE and Brier score
+    # equal metrics.calibration_error and brier_loss to rounding (tests/test_risk_metrics.py).
     value = _samples(task, y_arr, pred_arr, np.ones((1, n)), n_bins)[0]
     names = PANEL_METRICS[task]
-    if task == "classification":
-        value[names.index("ece")] = calibration_error(y_arr, pred_arr, n_bins=n_bins, strategy="uniform")
-        value[names.index("brier")] = brier_loss(y_arr, pred_arr)
-    elif task == MULTICLASS:
-        value[names.index("ece")] = calibration_error((pred_arr.argmax(axis=1) == y_arr).astype(np.int64),
-                                                      pred_arr.max(axis=1), n_bins=n_bins, strategy="uniform")
     samples = _samples(task, y_arr, pred_arr, count_matrix(groups_arr, n_resamples, random_state), n_bins)
     low, high, n_undefined = percentile_interval(samples, confidence)
     return pd.DataFrame({"metric": list(names), "value": value, "low": low, "high": high,

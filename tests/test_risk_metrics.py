@@ -368,3 +368,26 @@ def test_the_defaults_are_2000_resamples_of_seed_0_and_n_bins_is_checked():
     assert default.equals(metric_panel("regression", y, constant, np.arange(40), n_resamples=2000, random_state=0))
     assert default.set_index("metric").loc["calibration_slope", "n_undefined"] == 2000
     assert error_message(metric_panel, "regression", y, pred, None, n_bins=0) == "n_bins must be an integer >= 1, got 0"
+
+
+@pytest.mark.parametrize("n_bins", [3, 10])
+def test_the_ece_of_the_panel_uses_its_bins_on_predictions_at_bin_edges(n_bins):
+    # Predictions on a grid of 0.05 sit on many bin edges (0, 1/3, 0.5, 1 ...): the panel's ECE, computed
+    # on the all-ones resample, must bin them as metrics.calibration_error does.
+    rng = np.random.default_rng(5)
+    p = rng.choice(np.linspace(0.0, 1.0, 21), 60)
+    y = (rng.random(60) < p).astype(int)
+    panel = metric_panel("classification", y, p, None, n_resamples=5, n_bins=n_bins)
+    v = _values(panel)
+    assert v["ece"] == pytest.approx(calibration_error(y, p, n_bins=n_bins), abs=1e-12)
+    assert v["brier"] == pytest.approx(brier_loss(y, p), abs=1e-12)
+    assert panel["n_undefined"].dtype == np.int64
+    top = rng.choice(np.linspace(0.4, 1.0, 13), 60)  # the top class's probability, on a grid of 0.05
+    proba = np.c_[top, (1.0 - top) / 2, (1.0 - top) / 2]
+    label = np.where(rng.random(60) < top, 0, rng.integers(1, 3, 60))
+    multi = _values(metric_panel("multiclass", label, proba, None, n_resamples=5, n_bins=n_bins))
+    correct = (proba.argmax(axis=1) == label).astype(int)
+    assert multi["ece"] == pytest.approx(calibration_error(correct, proba.max(axis=1), n_bins=n_bins), abs=1e-12)
+    if n_bins == 3:  # the bins matter here: ten bins give another ECE
+        assert v["ece"] != pytest.approx(calibration_error(y, p, n_bins=10), abs=1e-6)
+        assert multi["ece"] != pytest.approx(calibration_error(correct, proba.max(axis=1), n_bins=10), abs=1e-6)
