@@ -30,7 +30,8 @@ import pandas as pd
 from crslib._validation import check_confidence, check_count, check_groups, check_random_state
 from crslib.errors import InputError
 from crslib.metrics import _bins, check_binary
-from crslib.risk_scores import MULTICLASS, count_matrix, weighted_auroc, weighted_macro_auroc, weighted_r2
+from crslib.risk_scores import (LOG_LOSS_EPS, MULTICLASS, count_matrix, row_losses, weighted_auroc, weighted_macro_auroc,
+                                weighted_r2)
 from crslib.stats import percentile_interval, sum_of_squares
 
 __all__ = ["PANEL_METRICS", "LOG_LOSS_EPS", "metric_panel"]
@@ -42,8 +43,6 @@ PANEL_METRICS: dict[str, tuple[str, ...]] = {
     "regression": ("r2", "mse", "mae", "correlation", "calibration_slope"),
 }
 
-#: Probabilities are clipped to ``[LOG_LOSS_EPS, 1 - LOG_LOSS_EPS]`` before the log loss (a 0 would give infinity).
-LOG_LOSS_EPS = 1e-15
 
 # a row-probability sum may miss 1 by float32 softmax rounding, not by more
 _SUM_TOLERANCE = 1e-6
@@ -109,8 +108,7 @@ def _classification_samples(y: np.ndarray, p: np.ndarray, counts: np.ndarray, n_
     w = counts.sum(axis=1)
     label = (p >= 0.5).astype(np.int64)
     hit = label == y
-    q = np.clip(p, LOG_LOSS_EPS, 1.0 - LOG_LOSS_EPS)
-    nll = -(y * np.log(q) + (1 - y) * np.log1p(-q))
+    nll = row_losses("classification", y, p, "log_loss")
     return np.column_stack([
         counts @ hit.astype(float) / w,
         _mean_recall(y, hit, counts, 2),
@@ -124,10 +122,10 @@ def _classification_samples(y: np.ndarray, p: np.ndarray, counts: np.ndarray, n_
 
 def _multiclass_samples(y: np.ndarray, proba: np.ndarray, counts: np.ndarray, n_bins: int) -> np.ndarray:
     w = counts.sum(axis=1)
-    n, k = proba.shape
+    k = proba.shape[1]
     label = proba.argmax(axis=1)
     hit = label == y
-    nll = -np.log(np.clip(proba[np.arange(n), y], LOG_LOSS_EPS, 1.0 - LOG_LOSS_EPS))
+    nll = row_losses(MULTICLASS, y, proba, "log_loss")
     sq = ((proba - np.eye(k)[y]) ** 2).sum(axis=1)
     return np.column_stack([
         counts @ hit.astype(float) / w,

@@ -36,7 +36,7 @@ from crslib.probes import r2
 from crslib.risk_results import PartitionResult
 from crslib.stats import resample_indices, sum_of_squares
 
-__all__ = ["UNION", "MULTICLASS", "LOSSES", "DEFAULT_LOSS", "row_losses", "resampled_loss", "spread_and_selection",
+__all__ = ["UNION", "MULTICLASS", "LOSSES", "DEFAULT_LOSS", "LOG_LOSS_EPS", "row_losses", "resampled_loss", "spread_and_selection",
            "rank_stability", "count_matrix", "weighted_auroc", "weighted_macro_auroc", "weighted_r2", "partition_scores",
            "primary_score", "resampled_primary"]
 
@@ -53,8 +53,9 @@ LOSSES = {"classification": ("log_loss",), MULTICLASS: ("log_loss",), "regressio
 #: The selection loss of each task when none is chosen.
 DEFAULT_LOSS = {"classification": "log_loss", MULTICLASS: "log_loss", "regression": "mse"}
 
-#: Probabilities are clipped to [_CLIP, 1 - _CLIP] before the log of the log loss (as scikit-learn did).
-_CLIP = 1e-15
+#: The log loss clips the probability of the true class to ``[LOG_LOSS_EPS, 1 - LOG_LOSS_EPS]``
+#: (a 0 would give infinity), as scikit-learn did; the selection's score and the metric panel share it.
+LOG_LOSS_EPS = 1e-15
 
 
 def row_losses(task: str, y: np.ndarray, pred: np.ndarray, loss: str) -> np.ndarray:
@@ -77,7 +78,7 @@ def row_losses(task: str, y: np.ndarray, pred: np.ndarray, loss: str) -> np.ndar
             p = pred[np.arange(y.size), y.astype(np.int64)]
         else:
             p = np.where(y == 1, pred, 1.0 - pred)
-        return -np.log(np.clip(p, _CLIP, 1.0 - _CLIP))
+        return -np.log(np.clip(p, LOG_LOSS_EPS, 1.0 - LOG_LOSS_EPS))
     if loss == "mse":
         return (y - pred) ** 2
     return np.abs(y - pred)

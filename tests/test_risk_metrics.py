@@ -10,7 +10,7 @@ from crslib.errors import InputError
 from assertions import error_message
 from crslib.metrics import brier_loss, calibration_error
 from crslib.risk_metrics import PANEL_METRICS, _samples, metric_panel
-from crslib.risk_scores import count_matrix
+from crslib.risk_scores import count_matrix, row_losses
 
 
 def _binary(n=200, seed=0):
@@ -273,12 +273,14 @@ def test_the_binary_panel_predicts_class_1_at_one_half_and_clips_the_log_loss():
     y = np.array([1, 1, 0, 0])
     v = _values(metric_panel("classification", y, np.array([0.5, 0.5, 0.1, 0.1]), None, n_resamples=10))
     assert v["accuracy"] == 1.0 and v["balanced_accuracy"] == 1.0 and v["macro_f1"] == 1.0  # 0.5 predicts class 1
-    # sure and right: a positive at 1 adds -log(1 - 1e-15), a negative at 0 -log1p(-1e-15): about 1e-15 each, not 0
+    # sure and right: the true class gets probability 1 on every row, clipped to 1 - 1e-15: about 1.1e-15, not 0
     sure = _values(metric_panel("classification", y, y.astype(float), None, n_resamples=10))
-    assert sure["log_loss"] == pytest.approx((-np.log(1 - 1e-15) - np.log1p(-1e-15)) / 2, rel=1e-9, abs=0)
-    # sure and wrong: a positive at 0 adds -log(1e-15), a negative at 1 -log(1 - (1 - 1e-15)): both finite
+    assert sure["log_loss"] == pytest.approx(-np.log(1 - 1e-15), rel=1e-9, abs=0)
+    # sure and wrong: the true class gets probability 0 on every row, clipped to 1e-15: -log(1e-15) each,
+    # exactly what the selection's row losses give (one clipping rule for both)
     wrong = _values(metric_panel("classification", y, 1.0 - y, None, n_resamples=10))
-    assert wrong["log_loss"] == pytest.approx((-np.log(1e-15) - np.log1p(-(1 - 1e-15))) / 2, rel=1e-12)
+    assert wrong["log_loss"] == pytest.approx(-np.log(1e-15), rel=1e-12)
+    assert wrong["log_loss"] == row_losses("classification", y, 1.0 - y, "log_loss").mean()
     assert _values(metric_panel("classification", np.array([1, 0]), np.array([0.0, 0.0]), None,
                                 n_resamples=10))["log_loss"] == pytest.approx((-np.log(1e-15) - np.log(1 - 1e-15)) / 2,
                                                                               rel=1e-12)
