@@ -17,6 +17,17 @@ from crslib.errors import InputError
 # =========================================================================== validation
 
 
+def first_non_number(values: Any) -> Any:
+    """The first of ``values`` that ``float()`` rejects (None when all convert): an error message names it
+    rather than repeating numpy's conversion text."""
+    for value in values:
+        try:
+            float(value)
+        except (TypeError, ValueError):
+            return value
+    return None
+
+
 def as_embeddings(X: Any, name: str = "X", dtype: Any = np.float32) -> np.ndarray:
     """Validated C-contiguous view or copy (float32 by default; ``dtype=None`` keeps the input's, so a
     float16 or memory-mapped array is checked without a full copy) of a 2-D embedding array."""

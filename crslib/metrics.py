@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
-from crslib._validation import check_confidence, check_count
+from crslib._validation import check_confidence, check_count, first_non_number
 from crslib.errors import InputError
 
 __all__ = [
@@ -79,7 +79,8 @@ def _check_prob(y_prob: Any, name: str = "y_prob") -> np.ndarray:
     try:
         p = arr.astype(float)
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must hold numbers (probabilities in [0, 1]): {exc}") from exc
+        raise InputError(f"{name} must hold numbers (probabilities in [0, 1]); "
+                         f"{str(first_non_number(arr))!r} is not one") from exc
     bad = ~np.isfinite(p)
     if bad.any():
         raise InputError(

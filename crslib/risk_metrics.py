@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crslib._validation import check_confidence, check_count, check_groups, check_random_state
+from crslib._validation import check_confidence, check_count, check_groups, check_random_state, first_non_number
 from crslib.errors import InputError
 from crslib.metrics import _bins, check_binary
 from crslib.risk_scores import (LOG_LOSS_EPS, MULTICLASS, count_matrix, row_losses, weighted_auroc, weighted_macro_auroc,
@@ -174,20 +174,11 @@ def _finite_1d(values: Any, name: str, task: str) -> np.ndarray:
     try:
         arr = arr.astype(float)
     except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} for task {task!r} must hold numbers; {str(_first_non_number(arr))!r} is not one") \
+        raise InputError(f"{name} for task {task!r} must hold numbers; {str(first_non_number(arr))!r} is not one") \
             from exc
     if not np.isfinite(arr).all():
         raise InputError(f"{name} has {int((~np.isfinite(arr)).sum())} NaN or infinite values; drop or fill those rows")
     return arr
-
-
-def _first_non_number(values: np.ndarray) -> Any:
-    for value in values:
-        try:
-            float(value)
-        except (TypeError, ValueError):
-            return value
-    return None
 
 
 def _check_multiclass(y: Any, pred: Any) -> tuple[np.ndarray, np.ndarray]:

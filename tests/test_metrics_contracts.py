@@ -45,8 +45,10 @@ def test_probability_messages_and_bounds():
         "y_prob must be probabilities in [0, 1], but 1 values lie outside")
     assert error_message(M.check_binary, y, [-1e-9, 0.5, 0.2, 0.3]).startswith(
         "y_prob must be probabilities in [0, 1], but 1 values lie outside")
-    msg = error_message(M.check_binary, y, ["a", "0.2", "0.3", "0.4"])
-    assert msg.startswith("y_prob must hold numbers (probabilities in [0, 1]): could not convert")
+    assert error_message(M.check_binary, y, ["0.1", "0.2", "a", "0.4"]) == (
+        "y_prob must hold numbers (probabilities in [0, 1]); 'a' is not one")
+    assert error_message(M.check_binary, y, [0.1, None, 0.3, 0.4]).startswith(  # None reads as missing
+        "y_prob has 1 NaN or infinite values")
 
 
 def test_label_messages():
