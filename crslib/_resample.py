@@ -139,4 +139,4 @@ def sum_of_squares(values: Any, counts: Any = None) -> tuple[np.ndarray, np.ndar
     mean = weights @ centred / n_drawn
     raw = weights @ (centred * centred)
     ss = raw - n_drawn * mean * mean
-    return ss, (raw > 0) & (ss > 1e-12 * raw)
+    return ss, ss > 1e-12 * raw  # an exact constant has ss = raw = 0, and 0 > 0 is False

@@ -441,6 +441,8 @@ def test_sum_of_squares_equals_the_resampled_rows_and_tells_rounding_noise_from_
     # constants: 0.1s whose computed mean is not 0.1, and a resample that draws only equal values of a varying
     # column (its sum is rounding noise, not 0)
     assert not stats.sum_of_squares(np.full(3, 0.1))[1][0]
+    exact, exact_varies = stats.sum_of_squares(np.full(4, 2.0), np.array([[1.0, 1.0, 1.0, 1.0], [0.0, 3.0, 0.0, 1.0]]))
+    assert exact.tolist() == [0.0, 0.0] and exact_varies.tolist() == [False, False]  # no noise at all: still constant
     y = np.array([0.1, 0.1, 0.1, 0.7, 1.3, 2.9])
     ss, varies = stats.sum_of_squares(y, np.array([[1.0, 2.0, 4.0, 0.0, 0.0, 0.0], [1.0, 0.0, 0.0, 1.0, 0.0, 0.0]]))
     assert 0 < ss[0] < 1e-14 and varies.tolist() == [False, True]
