@@ -658,6 +658,15 @@ def test_openblas_coretype_hint_without_flags_or_file_is_none(tmp_path):
     assert nb._openblas_coretype_hint(lookalike) is None
 
 
+def test_openblas_coretype_hint_reads_past_non_ascii_text_and_needs_only_the_avx512_set(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    # a model name in UTF-8 (bytes that are not ASCII) must not stop the reading; the flags are exactly
+    # the five AVX-512 flags SkylakeX needs, no more
+    cpuinfo.write_bytes("model name\t: Xeon\u00ae Platinum \u2122\n".encode("utf-8")
+                        + b"flags\t\t: avx512f avx512cd avx512bw avx512dq avx512vl\n")
+    assert nb._openblas_coretype_hint(cpuinfo) == "SKYLAKEX"
+
+
 def test_few_queries_of_many_rows_search_without_copying_the_rows(monkeypatch):
     """knn_indices(queries=...) of at most a quarter of rows larger than the search budget takes the torch
     back-end (no copy of the rows into a faiss index) and finds the same neighbours."""
