@@ -84,9 +84,7 @@ def overlap_from_indices(I_a: Any, I_b: Any) -> np.ndarray:
     B = _check_index_array(I_b, "I_b")
     if A.shape != B.shape:
         raise InputError(f"I_a and I_b must have the same shape (N, k), got {A.shape} and {B.shape}")
-    both = np.sort(np.concatenate([A, B], axis=1), axis=1)
-    inter = (both[:, 1:] == both[:, :-1]).sum(axis=1)
-    return inter / A.shape[1]
+    return _intersections(A, B) / A.shape[1]
 
 
 

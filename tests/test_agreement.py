@@ -203,6 +203,11 @@ def test_bad_input_messages():
     assert error_message(ag.overlap_from_indices, [[1, 2]], [[0, 0]]) == "I_b repeats a neighbour within row(s) [0]"
     assert error_message(ag.overlap_from_indices, [[1, 2]], [[0, 1, 2]]) == (
         "I_a and I_b must have the same shape (N, k), got (1, 2) and (1, 3)")
+    # positions are not indices: a float array or a single row of indices is refused, whatever its shape
+    assert error_message(ag.overlap_from_indices, [[1.0, 2.0]], [[0, 1]]) == (
+        "I_a must be a 2-D integer array of neighbour indices (N, k), got float64 (1, 2)")
+    assert error_message(ag.overlap_from_indices, [[1, 2]], np.array([0, 1])) == (
+        "I_b must be a 2-D integer array of neighbour indices (N, k), got int64 (2,)")
 
 
 # --------------------------------------------------------------------------- agreement matrix

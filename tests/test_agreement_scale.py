@@ -14,6 +14,7 @@ from crslib import ann
 from crslib import neighbors as nb
 from crslib.cluster import open_client
 from crslib.errors import InputError
+from assertions import error_message
 
 
 def _rng(seed=0):
@@ -89,6 +90,11 @@ def test_bad_queries_raise():
         nb.knn_indices(X, k=3, queries=[[0, 1], [2, 3]])
     with pytest.raises(InputError, match="integer"):
         nb.knn_indices(X, k=3, queries=[0.0, 1.0])
+    # many bad rows: the message counts them all and shows the first five
+    assert error_message(nb.knn_indices, X, k=3, queries=[60, 61, 62, 63, 64, 65, 66, 1]) == (
+        "queries must be row indices 0 <= i < N=50; 7 are out of range, first [60, 61, 62, 63, 64]")
+    assert error_message(nb.knn_indices, X, k=3, queries=[9, 8, 7, 6, 5, 4, 9, 8, 7, 6, 5, 4]) == (
+        "queries must be unique; repeated rows [4, 5, 6, 7, 8]")
 
 
 # --------------------------------------------------------------------------- recall
