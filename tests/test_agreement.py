@@ -208,6 +208,12 @@ def test_bad_input_messages():
         "I_a must be a 2-D integer array of neighbour indices (N, k), got float64 (1, 2)")
     assert error_message(ag.overlap_from_indices, [[1, 2]], np.array([0, 1])) == (
         "I_b must be a 2-D integer array of neighbour indices (N, k), got int64 (2,)")
+    # a repeat anywhere in any row is found and its row named; no columns is refused; one column is k = 1
+    assert error_message(ag.overlap_from_indices, [[0, 1, 2], [1, 3, 3]], [[0, 1, 2], [0, 1, 2]]) == (
+        "I_a repeats a neighbour within row(s) [1]")
+    assert error_message(ag.overlap_from_indices, np.zeros((2, 0), dtype=int), np.zeros((2, 0), dtype=int)) == (
+        "I_a has no neighbour columns")
+    np.testing.assert_array_equal(ag.overlap_from_indices([[1], [0]], [[1], [2]]), [1.0, 0.0])
 
 
 # --------------------------------------------------------------------------- agreement matrix
