@@ -17,9 +17,16 @@ from crslib.errors import InputError
 # =========================================================================== validation
 
 
-def first_non_number(values: Any) -> Any:
-    """The first of ``values`` that ``float()`` rejects (None when all convert): an error message names it
-    rather than repeating numpy's conversion text."""
+def as_float(values: np.ndarray, what: str) -> np.ndarray:
+    """``values`` as float64; a value that is not a number raises :class:`InputError` with ``what``
+    and that value named (``"<what>; 'a' is not one"``) rather than numpy's conversion text."""
+    try:
+        return values.astype(float)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{what}; {str(_first_non_number(values))!r} is not one") from exc
+
+
+def _first_non_number(values: Any) -> Any:
     for value in values:
         try:
             float(value)

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from crslib import stats
-from crslib._validation import check_confidence, check_count, first_non_number
+from crslib._validation import as_float, check_confidence, check_count
 from crslib.errors import InputError
 
 __all__ = [
@@ -76,11 +76,7 @@ def _as_1d(values: Any, name: str) -> np.ndarray:
 def _check_prob(y_prob: Any, name: str = "y_prob") -> np.ndarray:
     """Probabilities as a float array; finite and in [0, 1]."""
     arr = _as_1d(y_prob, name)
-    try:
-        p = arr.astype(float)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} must hold numbers (probabilities in [0, 1]); "
-                         f"{str(first_non_number(arr))!r} is not one") from exc
+    p = as_float(arr, f"{name} must hold numbers (probabilities in [0, 1])")
     bad = ~np.isfinite(p)
     if bad.any():
         raise InputError(

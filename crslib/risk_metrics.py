@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from crslib._validation import check_confidence, check_count, check_groups, check_random_state, first_non_number
+from crslib._validation import as_float, check_confidence, check_count, check_groups, check_random_state
 from crslib.errors import InputError
 from crslib.metrics import _bins, check_binary
 from crslib.risk_scores import (LOG_LOSS_EPS, MULTICLASS, count_matrix, row_losses, weighted_auroc, weighted_macro_auroc,
@@ -171,11 +171,7 @@ def _finite_1d(values: Any, name: str, task: str) -> np.ndarray:
     arr = np.asarray(values)
     if arr.ndim != 1:
         raise InputError(f"{name} for task {task!r} must be 1-D with one value per row, got shape {arr.shape}")
-    try:
-        arr = arr.astype(float)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"{name} for task {task!r} must hold numbers; {str(first_non_number(arr))!r} is not one") \
-            from exc
+    arr = as_float(arr, f"{name} for task {task!r} must hold numbers")
     if not np.isfinite(arr).all():
         raise InputError(f"{name} has {int((~np.isfinite(arr)).sum())} NaN or infinite values; drop or fill those rows")
     return arr

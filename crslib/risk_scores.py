@@ -36,9 +36,9 @@ from crslib.probes import r2
 from crslib.risk_results import PartitionResult
 from crslib.stats import resample_indices, sum_of_squares
 
-__all__ = ["UNION", "MULTICLASS", "LOSSES", "DEFAULT_LOSS", "LOG_LOSS_EPS", "row_losses", "resampled_loss", "spread_and_selection",
-           "rank_stability", "count_matrix", "weighted_auroc", "weighted_macro_auroc", "weighted_r2", "partition_scores",
-           "primary_score", "resampled_primary"]
+__all__ = ["UNION", "MULTICLASS", "LOSSES", "DEFAULT_LOSS", "LOG_LOSS_EPS", "row_losses", "resampled_loss",
+           "spread_and_selection", "rank_stability", "count_matrix", "weighted_auroc", "weighted_macro_auroc",
+           "weighted_r2", "partition_scores", "primary_score", "resampled_primary"]
 
 #: Name of the feature-union candidate's ``encoder`` column.
 UNION = "union"
