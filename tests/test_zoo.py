@@ -87,7 +87,7 @@ def test_presets_cover_objectives_seeds_and_sizes():
         assert all(s.epochs == 0 for s in specs if s.objective == "random_init")
         assert all(s.epochs > 0 for s in specs if s.objective != "random_init")
     epochs = {s.objective: s.epochs for s in zoo_specs("default")}
-    assert epochs == {"supervised_multilabel": 8, "supervised_single": 8, "contrastive": 8, "self_distillation": 32,
+    assert epochs == {"supervised_multilabel": 8, "supervised_single": 8, "contrastive": 16, "self_distillation": 48,
                       "masked_image_modelling": 96, "autoencoder": 48, "random_init": 0}
     assert {s.epochs for s in zoo_specs("quick") if s.objective != "random_init"} == {6}
 
@@ -539,7 +539,7 @@ def test_full_preset_adds_pairs_that_differ_in_one_named_factor_alone():
     assert epochs["supervised_multilabel-effnet_lite0-seed0"] == epochs["supervised_multilabel-effnet_lite0-seed0-imagenet"] == 32
     assert epochs["contrastive-cnn_small-seed0-half0"] == epochs["contrastive-cnn_small-seed0-half1"] == 16
     assert epochs["contrastive-cnn_small-seed0-long"] == 2 * {s.name: s.epochs for s in default}[
-        "contrastive-cnn_small-seed0"] == 16
+        "contrastive-cnn_small-seed0"] == 32
     long = {s.name: s for s in added}["contrastive-cnn_small-seed0-long"]
     assert long.recipe == "long" and long.to_dict()["recipe"] == "long" and long.resolved_hparams()["augment"] == "weak"
     assert info.set_index("name").loc["contrastive-cnn_small-seed0-long", "recipe"] == "weak, long schedule"

@@ -33,7 +33,7 @@ objective
         views, momentum 0.99 and a predictor learning rate x10 learn nothing
         (-0.006 with weak views); momentum 0.9 gives +0.070, and with the
         predictor at the common learning rate +0.091 (interval 0.048 to
-        0.137), the recipe used here, on ``weak`` views for 32 epochs in the
+        0.137), the recipe used here, on ``weak`` views for 48 epochs in the
         default preset. Every card records the relative spread
         (``embedding_spread``, 0 for a collapsed encoder) and the effective
         rank (``embedding_effective_rank``) of the training pool's
