@@ -165,7 +165,7 @@ def outer_partition(
     (40, [0, 1])
     """
     y_arr = np.asarray(y)
-    yv, task, _ = _check_target(y_arr, y_arr.shape[0] if y_arr.ndim == 1 else -1, task)
+    yv, task, _ = _check_target(y_arr, y_arr.size, task)  # a y that is not 1-D is refused before its size counts
     g = check_groups(groups, yv.shape[0])
     return _partition(yv, g, task, check_fractions(fractions), _check_seed(random_state))
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from assertions import error_message
 from crslib.errors import DataError, InputError
 from crslib._validation import check_fractions, check_groups
 from crslib.probes import r2 as _r2
@@ -80,6 +81,51 @@ def test_no_patient_crosses_partitions_in_any_repeat():
     tr, va, te = outer_partition(y_reg, groups=groups, random_state=3)
     assert not set(groups[tr]) & set(groups[va]) and not set(groups[va]) & set(groups[te])
     assert not set(groups[tr]) & set(groups[te])
+
+
+def test_outer_partition_stratifies_binary_patients_and_draws_with_seed_0_by_default():
+    # 10 positive and 40 negative patients, two images each: each stratum is split 6:2:2 by patient
+    # (an unstratified draw of 30:10:10 patients gives 7:1:2, 5:3:2, 4:2:4 positives for seeds 0, 3, 4)
+    groups = np.repeat(np.arange(50), 2)
+    y = np.repeat((np.arange(50) < 10).astype(int), 2)
+    for seed in range(5):
+        parts = outer_partition(y, groups=groups, random_state=seed)
+        assert [int(y[idx].sum()) // 2 for idx in parts] == [6, 2, 2], seed
+        assert [idx.size // 2 for idx in parts] == [30, 10, 10], seed
+    for by_default, seeded in zip(outer_partition(y, groups=groups), outer_partition(y, groups=groups, random_state=0)):
+        np.testing.assert_array_equal(by_default, seeded)
+    assert error_message(outer_partition, 1, groups=[0]) == (
+        "y must be a 1-D array with one value per image, got shape ()")
+    assert error_message(outer_partition, y[:, None], groups=groups) == (
+        "y must be a 1-D array with one value per image, got shape (100, 1)")
+
+
+def test_the_workflows_run_with_the_study_softwares_settings_by_default():
+    from crslib.risk_results import LOOKAGAIN_FACTS
+
+    rng = np.random.default_rng(0)
+    y, groups = np.tile([0, 1], 150), np.arange(300)
+    # 130 features and 180 training rows: more than the 128 components the study keeps
+    emb = {name: rng.normal(size=(300, 130)) + shift * y[:, None] for name, shift in (("a", 0.3), ("b", 0.1), ("c", 0.0))}
+    one = evaluate_partition(emb, y, groups=groups, heads=["linear"])
+    assert one.reduction["n_components"].tolist() == [LOOKAGAIN_FACTS["pca_components"]] * 3 == [128] * 3
+    assert len(one.union["members"]) == 2  # the union of the best two of three encoders
+    assert (one.n_resamples, one.random_state) == (LOOKAGAIN_FACTS["n_bootstrap"], 0) == (2000, 0)
+    small = {name: X[:60, :3] for name, X in emb.items()}
+    repeated = representation_risk(small, y[:60], groups=groups[:60], heads=["linear"])
+    assert len(repeated.partitions) == LOOKAGAIN_FACTS["n_partitions"] == 12
+    settings = {k: repeated.settings[k] for k in ("n_components", "union_size", "fractions", "n_partitions",
+                                                  "inner_splits", "n_resamples", "confidence", "random_state")}
+    assert settings == {"n_components": 128, "union_size": 2, "fractions": [0.6, 0.2, 0.2], "n_partitions": 12,
+                        "inner_splits": 3, "n_resamples": 2000, "confidence": 0.95, "random_state": 0}
+
+
+def test_representation_risk_names_its_partition_count_and_shows_its_progress(capsys):
+    emb, y, groups = _data(n_patients=40)
+    assert error_message(representation_risk, emb, y, groups=groups, n_partitions=0) == (
+        "n_partitions must be an integer >= 1, got 0")
+    representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=1, progress=True, **FAST)
+    assert "representation risk" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- no test leakage
