@@ -120,12 +120,21 @@ def test_the_workflows_run_with_the_study_softwares_settings_by_default():
                         "inner_splits": 3, "n_resamples": 2000, "confidence": 0.95, "random_state": 0}
 
 
-def test_representation_risk_names_its_partition_count_and_shows_its_progress(capsys):
+def test_representation_risk_numbers_its_partitions_and_shows_its_progress_only_when_asked(capsys, caplog):
     emb, y, groups = _data(n_patients=40)
     assert error_message(representation_risk, emb, y, groups=groups, n_partitions=0) == (
         "n_partitions must be an integer >= 1, got 0")
-    representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=1, progress=True, **FAST)
-    assert "representation risk" in capsys.readouterr().err
+    with caplog.at_level("INFO", logger="crslib.risk"):
+        res = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=2, progress=True, **FAST)
+    assert [p.partition for p in res.partitions] == [0, 1]
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("partition")] == [
+        f"partition {i}: selected {p.selected}" for i, p in enumerate(res.partitions)]
+    shown = capsys.readouterr().err
+    assert "representation risk: " in shown and "partition/s]" in shown and "2/2" in shown
+    # leave=False: the finished bar is wiped from the line, not left above the next output
+    assert shown.endswith("\r") and not shown.rstrip("\r ").endswith("]\n")
+    representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=1, progress=False, **FAST)
+    assert capsys.readouterr().err == ""
 
 
 # --------------------------------------------------------------------------- no test leakage
