@@ -127,6 +127,13 @@ def test_representation_risk_numbers_its_partitions_and_shows_its_progress_only_
     with caplog.at_level("INFO", logger="crslib.risk"):
         res = representation_risk(emb, y, groups=groups, heads=["linear"], n_partitions=2, progress=True, **FAST)
     assert [p.partition for p in res.partitions] == [0, 1]
+    # the validation part of 40 patients is small: some resamples lack a class, counted per candidate
+    first = res.partitions[0]
+    dropped = first.dropped.set_index("part")["n_dropped"]
+    assert dropped["validation"] > 0
+    for part, label in (("val", "validation"), ("test", "test")):
+        column = first.candidates[f"{part}_undefined"]
+        assert column.dtype == np.int64 and column.tolist() == [dropped[label]] * len(column)
     assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("partition")] == [
         f"partition {i}: selected {p.selected}" for i, p in enumerate(res.partitions)]
     shown = capsys.readouterr().err
