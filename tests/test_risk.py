@@ -294,6 +294,19 @@ def test_pca_is_fitted_on_training_rows_only():
     np.testing.assert_allclose(reduce_dimensions(X, mask, n_components=10)[0], Z)
 
 
+def test_the_inner_folds_are_reduced_with_the_partitions_seed():
+    from crslib.risk import _reduce_folds
+
+    # 400 fitting rows of 600 features: scikit-learn's PCA takes the randomised SVD, whose seed matters
+    X = np.random.default_rng(0).normal(size=(700, 600))
+    train = np.arange(600)
+    folds = [(np.arange(0, 400), np.arange(400, 600)), (np.arange(200, 600), np.arange(0, 200))]
+    seeded = _reduce_folds(X, train, folds, 8, 5)
+    for (fit, _), Z in zip(folds, seeded):
+        np.testing.assert_array_equal(Z, reduce_dimensions(X[train], fit, n_components=8, random_state=5)[0])
+    assert not np.allclose(seeded[0], _reduce_folds(X, train, folds, 8, 0)[0])
+
+
 def test_heads_fitted_on_training_rows_only():
     """Changing only validation/test features leaves every inner-CV choice unchanged."""
     emb, y, groups = _data()

@@ -486,3 +486,33 @@ def test_inner_folds_see_a_pca_fitted_on_their_own_fitting_rows_only():
     row = res.candidates.set_index("candidate").loc["A/linear"]
     assert row["inner_loss"] == pytest.approx(min(losses), rel=1e-9)
     assert row["param"] == f"C={_C_GRID[int(np.argmin(losses))]:g}"
+
+
+def test_the_combination_rows_say_what_they_combine_and_why_one_is_missing():
+    # regression: averaging the two half-signal encoders halves the error, so forward selection keeps both
+    emb, y, groups = _complementary(task="regression")
+    rng = np.random.default_rng(9)
+    emb["noise"] = rng.normal(size=emb["A"].shape)
+    res = evaluate_partition(emb, y, groups=groups, heads=["linear"], **FAST)
+    assert res.candidates.columns.tolist() == [
+        "candidate", "encoder", "head", "kind", "members", "n_members", "n_features", "param", "inner_loss",
+        "val_score", "val_low", "val_high", "val_secondary", "val_undefined", "val_rank", "val_loss",
+        "test_score", "test_low", "test_high", "test_secondary", "test_undefined", "test_loss", "selected"]
+    rows = res.candidates.set_index("candidate")
+    combined = ["average/linear", "greedy/linear", "stack/linear"]
+    assert rows.loc[combined, ["kind", "members", "n_members", "n_features", "param"]].to_dict("index") == {
+        "average/linear": {"kind": "average", "members": "A+B+noise", "n_members": 3, "n_features": 3,
+                           "param": "equal weights"},
+        "greedy/linear": {"kind": "greedy", "members": "B+A", "n_members": 2, "n_features": 2,
+                          "param": "forward selection"},
+        "stack/linear": {"kind": "stack", "members": "A+B+noise", "n_members": 3, "n_features": 3,
+                         "param": "linear stack"},
+    }
+    assert rows.loc[combined, "inner_loss"].isna().all()  # a combination has no inner cross-validation
+    assert res.not_fitted.empty
+    # one informative encoder among noise: forward selection keeps it alone, so there is no greedy average
+    alone = {"A": emb["A"], "n1": rng.normal(size=emb["A"].shape), "n2": rng.normal(size=emb["A"].shape)}
+    one = evaluate_partition(alone, y, groups=groups, heads=["linear"], **FAST)
+    assert one.not_fitted.to_dict("records") == [
+        {"candidate": "greedy", "reason": "forward selection on validation kept one encoder (A): no combination"}]
+    assert "greedy/linear" not in set(one.candidates["candidate"])
