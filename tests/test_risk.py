@@ -307,6 +307,27 @@ def test_the_inner_folds_are_reduced_with_the_partitions_seed():
     assert not np.allclose(seeded[0], _reduce_folds(X, train, folds, 8, 0)[0])
 
 
+def test_the_reduction_table_reports_each_encoders_pca_on_the_training_rows():
+    rng = np.random.default_rng(3)
+    y, groups = np.tile([0, 1], 350), np.arange(700)
+    # 420 training rows of 600 features: the randomised SVD, so the seed shows in the variance kept
+    emb = {"wide": rng.normal(size=(700, 600)) + 0.5 * y[:, None], "narrow": rng.normal(size=(700, 5)) + y[:, None]}
+    res = evaluate_partition(emb, y, groups=groups, heads=["linear"], n_components=8, n_resamples=100, random_state=5)
+    # the models' seed is the second of four the partition's random_state spawns (folds, models, validation, test)
+    seed = int(np.random.SeedSequence(5).generate_state(4)[1])
+    expected = [{"encoder": name, "n_features": X.shape[1], "n_components": min(8, X.shape[1]),
+                 "explained_variance": reduce_dimensions(X, res.train_idx, n_components=8,
+                                                         random_state=seed)[1]["explained_variance"],
+                 "n_train": res.train_idx.size} for name, X in emb.items()]
+    got = res.reduction.to_dict("records")
+    assert [{k: v for k, v in row.items() if k != "explained_variance"} for row in got] == [
+        {k: v for k, v in row.items() if k != "explained_variance"} for row in expected]
+    assert [row["explained_variance"] for row in got] == pytest.approx(
+        [row["explained_variance"] for row in expected], rel=1e-12)
+    assert expected[0]["explained_variance"] != pytest.approx(reduce_dimensions(
+        emb["wide"], res.train_idx, n_components=8, random_state=0)[1]["explained_variance"], rel=1e-6)
+
+
 def test_heads_fitted_on_training_rows_only():
     """Changing only validation/test features leaves every inner-CV choice unchanged."""
     emb, y, groups = _data()
