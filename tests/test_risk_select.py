@@ -516,3 +516,29 @@ def test_the_combination_rows_say_what_they_combine_and_why_one_is_missing():
     assert one.not_fitted.to_dict("records") == [
         {"candidate": "greedy", "reason": "forward selection on validation kept one encoder (A): no combination"}]
     assert "greedy/linear" not in set(one.candidates["candidate"])
+
+
+def test_the_combinations_build_on_the_linear_head_wherever_it_is_listed_and_the_union_on_the_best_two():
+    emb, y, groups = _complementary(task="regression")
+    emb["noise"] = np.random.default_rng(9).normal(size=emb["A"].shape)
+    res = evaluate_partition(emb, y, groups=groups, heads=["knn", "linear"], **FAST)
+    rows = res.candidates.set_index("candidate")
+    assert rows.loc[rows["kind"] != "single", "head"].eq("linear").all()
+    assert {"average/linear", "greedy/linear", "stack/linear", "union/linear"} <= set(rows.index)
+    singles = rows[rows["kind"] == "single"]
+    assert singles["n_members"].eq(1).all() and singles["n_features"].eq(FAST["n_components"]).all()
+    # the union joins the two encoders whose best head has the lowest validation loss, the lowest first
+    best = {name: min(rows.loc[f"{name}/{head}", "val_loss"] for head in ("knn", "linear")) for name in emb}
+    assert rows.loc["union/linear", "members"] == "+".join(sorted(emb, key=best.get)[:2]) == "B+A"
+    # its ridge penalty is chosen by inner cross-validation on the selection loss (here the MSE), like a
+    # single encoder's: a positive squared error below the target's variance, not a negated R^2
+    inner = rows.loc["union/linear", "inner_loss"]
+    assert 0 < inner < np.var(y[res.train_idx]) and rows.loc["union/linear", "param"].startswith("alpha=")
+
+
+def test_a_stack_of_mlp_heads_is_seeded():
+    emb, y, groups = _complementary(n_patients=100)
+    runs = [evaluate_partition(emb, y, groups=groups, heads=["mlp"], combinations=("stack",), **FAST)
+            for _ in range(2)]
+    stacks = [run.candidates.set_index("candidate").loc["stack/mlp", ["val_loss", "test_score"]] for run in runs]
+    assert stacks[0].tolist() == stacks[1].tolist()
