@@ -542,3 +542,30 @@ def test_a_stack_of_mlp_heads_is_seeded():
             for _ in range(2)]
     stacks = [run.candidates.set_index("candidate").loc["stack/mlp", ["val_loss", "test_score"]] for run in runs]
     assert stacks[0].tolist() == stacks[1].tolist()
+
+
+def test_refit_prediction_repeats_the_locked_recipe_on_its_rows_with_its_width_penalty_and_seed():
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from crslib.risk import reduce_dimensions
+
+    rng = np.random.default_rng(4)
+    # 600 features and 550 refit rows: the PCA takes the randomised SVD, so the seed is visible
+    X = {"A": rng.normal(size=(700, 600))}
+    y = X["A"][:, :5].sum(axis=1) + rng.normal(size=700)
+    rows = np.arange(550)
+    single = {"kind": "single", "members": ["A"], "head": "linear", "param": 1000.0}
+    pred = refit_prediction(single, X, y, rows, "regression", n_components=4, seed=7)
+    Z = reduce_dimensions(X["A"], rows, n_components=4, random_state=7)[0]
+    ridge = make_pipeline(StandardScaler(), Ridge(alpha=1000.0)).fit(Z[rows], y[rows])
+    np.testing.assert_allclose(pred, ridge.predict(Z), rtol=1e-10, atol=1e-10)
+    other_seed = refit_prediction(single, X, y, rows, "regression", n_components=4, seed=0)
+    assert not np.allclose(pred, other_seed)
+    # an MLP head is refitted with the recipe's seed: the same call gives the same prediction
+    mlp = {"kind": "single", "members": ["A"], "head": "mlp", "param": None}
+    small = {"A": X["A"][:200, :10]}
+    first, again = (refit_prediction(mlp, small, y[:200], rows[:150], "regression", n_components=4, seed=3)
+                    for _ in range(2))
+    np.testing.assert_array_equal(first, again)
