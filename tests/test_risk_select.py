@@ -563,9 +563,44 @@ def test_refit_prediction_repeats_the_locked_recipe_on_its_rows_with_its_width_p
     np.testing.assert_allclose(pred, ridge.predict(Z), rtol=1e-10, atol=1e-10)
     other_seed = refit_prediction(single, X, y, rows, "regression", n_components=4, seed=0)
     assert not np.allclose(pred, other_seed)
+    # the union's and the average's locked penalties are used too (the defaults would be alpha=1)
+    two = {"A": X["A"][:, :300], "B": X["A"][:, 300:]}
+    scores = {m: reduce_dimensions(two[m], rows, n_components=4, random_state=7)[0] for m in two}
+    union = {"kind": "union", "members": ["A", "B"], "head": "linear", "param": 1000.0}
+    Zu = np.hstack([scores["A"], scores["B"]])
+    by_hand = make_pipeline(StandardScaler(), Ridge(alpha=1000.0)).fit(Zu[rows], y[rows]).predict(Zu)
+    np.testing.assert_allclose(refit_prediction(union, two, y, rows, "regression", n_components=4, seed=7), by_hand,
+                               rtol=1e-10, atol=1e-10)
+    base = {m: make_pipeline(StandardScaler(), Ridge(alpha=1000.0)).fit(scores[m][rows], y[rows]).predict(scores[m])
+            for m in two}
+    average = {"kind": "average", "members": ["A", "B"], "head": "linear", "base_params": {"A": 1000.0, "B": 1000.0}}
+    np.testing.assert_allclose(refit_prediction(average, two, y, rows, "regression", n_components=4, seed=7),
+                               (base["A"] + base["B"]) / 2, rtol=1e-10, atol=1e-10)
+    # a stack applies its locked combiner to the refitted base predictions
+    stack = {**average, "kind": "stack", "stack": lambda preds: 2.0 * preds["A"] - preds["B"]}
+    np.testing.assert_allclose(refit_prediction(stack, two, y, rows, "regression", n_components=4, seed=7),
+                               2.0 * base["A"] - base["B"], rtol=1e-10, atol=1e-10)
     # an MLP head is refitted with the recipe's seed: the same call gives the same prediction
     mlp = {"kind": "single", "members": ["A"], "head": "mlp", "param": None}
     small = {"A": X["A"][:200, :10]}
     first, again = (refit_prediction(mlp, small, y[:200], rows[:150], "regression", n_components=4, seed=3)
                     for _ in range(2))
     np.testing.assert_array_equal(first, again)
+    mlp_average = {"kind": "average", "members": ["A", "B"], "head": "mlp", "base_params": {"A": None, "B": None}}
+    pair = {"A": small["A"][:, :5], "B": small["A"][:, 5:]}
+    first, again = (refit_prediction(mlp_average, pair, y[:200], rows[:150], "regression", n_components=4, seed=3)
+                    for _ in range(2))
+    np.testing.assert_array_equal(first, again)
+
+
+def test_the_union_summary_says_why_no_union_was_evaluated():
+    emb, y, groups = _complementary(task="regression")
+    none = evaluate_partition(emb, y, groups=groups, heads=["linear"], union_size=0, **FAST)
+    one = evaluate_partition({"A": emb["A"]}, y, groups=groups, heads=["linear"], **FAST)
+    for res, reason in ((none, "union_size is 0"), (one, "only 1 encoder(s): a feature union needs at least 2")):
+        summary = dict(res.union)
+        assert all(np.isnan(summary.pop(key)) for key in ("gain", "low", "high"))
+        assert summary == {"evaluated": False, "members": [], "candidate": None,
+                           "best_single": summary["best_single"], "chosen": False, "reason": reason}
+        assert summary["best_single"] == res.candidates.set_index("candidate").query("kind == 'single'")[
+            "val_loss"].idxmin()
