@@ -114,10 +114,11 @@ def test_the_workflows_run_with_the_study_softwares_settings_by_default():
     small = {name: X[:60, :3] for name, X in emb.items()}
     repeated = representation_risk(small, y[:60], groups=groups[:60], heads=["linear"])
     assert len(repeated.partitions) == LOOKAGAIN_FACTS["n_partitions"] == 12
-    settings = {k: repeated.settings[k] for k in ("n_components", "union_size", "fractions", "n_partitions",
-                                                  "inner_splits", "n_resamples", "confidence", "random_state")}
-    assert settings == {"n_components": 128, "union_size": 2, "fractions": [0.6, 0.2, 0.2], "n_partitions": 12,
-                        "inner_splits": 3, "n_resamples": 2000, "confidence": 0.95, "random_state": 0}
+    assert repeated.settings == {
+        "heads": ["linear"], "n_components": 128, "union_size": 2, "combinations": ["average", "greedy", "stack"],
+        "loss": "log_loss", "fractions": [0.6, 0.2, 0.2], "n_partitions": 12, "inner_splits": 3, "n_resamples": 2000,
+        "confidence": 0.95, "random_state": 0, "n_images": 60, "n_patients": 60, "encoders": ["a", "b", "c"],
+        "classes": ["0", "1"]}
 
 
 def test_representation_risk_numbers_its_partitions_and_shows_its_progress_only_when_asked(capsys, caplog):

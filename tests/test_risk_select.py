@@ -358,6 +358,7 @@ def test_dropped_resamples_and_unfitted_candidates_are_reported():
     reasons = res.not_fitted.set_index("candidate")["reason"]
     assert set(reasons.index) == {"average", "greedy", "stack", "union"}
     assert reasons["stack"] == "a combination needs at least 2 encoders, got 1"
+    assert reasons["union"] == "a feature union needs at least 2 encoders, got 1"
     # a training partition with one patient of class 1: no inner folds, so no out-of-fold predictions to stack
     two = {"A": emb["A"], "B": rng.normal(size=emb["A"].shape)}
     patient_class = y[::2]
@@ -604,3 +605,6 @@ def test_the_union_summary_says_why_no_union_was_evaluated():
                            "best_single": summary["best_single"], "chosen": False, "reason": reason}
         assert summary["best_single"] == res.candidates.set_index("candidate").query("kind == 'single'")[
             "val_loss"].idxmin()
+    # without a union asked for, one encoder is not a reason to report a missing union
+    alone = evaluate_partition({"A": emb["A"]}, y, groups=groups, heads=["linear"], union_size=0, **FAST)
+    assert "union" not in set(alone.not_fitted["candidate"]) and alone.union["reason"] == "union_size is 0"
