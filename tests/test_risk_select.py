@@ -461,11 +461,29 @@ def test_crs_risk_selects_a_stack_that_beats_each_encoder_by_a_clear_margin(tmp_
     assert selection.loc[selection["chosen"], "candidate"].tolist() == ["stack/linear"]
 
 
-def test_inner_folds_see_a_pca_fitted_on_their_own_fitting_rows_only():
-    """The inner-CV loss of the linear head equals a brute-force reference with one PCA per inner fold."""
+def _inner_losses_by_hand(blocks: list[np.ndarray], y, groups, train, random_state: int) -> list[float]:
+    """Inner-CV log losses of the linear head over its C grid, with one PCA per inner fold and per block."""
     from crslib.probes import _C_GRID, head_predict, linear_head
     from crslib.risk import reduce_dimensions
     from crslib.risk_multiclass import folds
+
+    seed_cv, seed_model = (int(s) for s in np.random.SeedSequence(random_state).generate_state(4)[:2])
+    inner = folds(y[train], groups[train], "classification", 3, seed_cv)
+    losses = []
+    for C in _C_GRID:
+        oof = np.zeros(train.size)
+        for fit, val in inner:
+            Z = np.hstack([reduce_dimensions(X[train], fit, n_components=8, random_state=seed_model)[0]
+                           for X in blocks])
+            oof[val] = head_predict(linear_head("classification", C).fit(Z[fit], y[train][fit]), "classification",
+                                    Z[val])
+        losses.append(float(np.mean(row_losses("classification", y[train], oof, "log_loss"))))
+    return losses
+
+
+def test_inner_folds_see_a_pca_fitted_on_their_own_fitting_rows_only():
+    """The inner-CV loss of the linear head equals a brute-force reference with one PCA per inner fold."""
+    from crslib.probes import _C_GRID
 
     rng = np.random.default_rng(9)
     groups = np.repeat(np.arange(60), 2)
@@ -473,18 +491,28 @@ def test_inner_folds_see_a_pca_fitted_on_their_own_fitting_rows_only():
     X = _latent_embedding(np.where(y == 1, 0.6, -0.6), rng, d=20)
     res = evaluate_partition({"A": X}, y, groups=groups, heads=["linear"], union_size=0, combinations=(),
                              random_state=3, **FAST)
-    tr = res.train_idx
-    seed_cv, seed_model = (int(s) for s in np.random.SeedSequence(3).generate_state(4)[:2])
-    inner = folds(y[tr], groups[tr], "classification", 3, seed_cv)
-    losses = []
-    for C in _C_GRID:
-        oof = np.zeros(tr.size)
-        for fit, val in inner:
-            Z = reduce_dimensions(X[tr], fit, n_components=8, random_state=seed_model)[0]
-            oof[val] = head_predict(linear_head("classification", C).fit(Z[fit], y[tr][fit]), "classification",
-                                    Z[val])
-        losses.append(float(np.mean(row_losses("classification", y[tr], oof, "log_loss"))))
+    losses = _inner_losses_by_hand([X], y, groups, res.train_idx, 3)
     row = res.candidates.set_index("candidate").loc["A/linear"]
+    assert row["inner_loss"] == pytest.approx(min(losses), rel=1e-9)
+    assert row["param"] == f"C={_C_GRID[int(np.argmin(losses))]:g}"
+
+
+def test_the_union_inner_folds_join_each_members_own_fold_pca():
+    """The union's penalty is chosen on inner folds whose features are each member's PCA fitted on that fold's
+    fitting rows, not on the outer reduction (which has seen the fold's validation rows)."""
+    from crslib.probes import _C_GRID
+
+    rng = np.random.default_rng(11)
+    groups = np.repeat(np.arange(60), 2)
+    y = np.repeat(rng.integers(0, 2, size=60), 2)
+    signal = np.where(y == 1, 0.5, -0.5)
+    emb = {"A": _latent_embedding(signal, rng, d=20), "B": _latent_embedding(signal, rng, d=20)}
+    res = evaluate_partition(emb, y, groups=groups, heads=["linear"], union_size=2, combinations=(),
+                             random_state=3, **FAST)
+    row = res.candidates.set_index("candidate").loc["union/linear"]
+    members = row["members"].split("+")
+    losses = _inner_losses_by_hand([emb[m] for m in members], y, groups, res.train_idx, 3)
+    assert sorted(members) == ["A", "B"]
     assert row["inner_loss"] == pytest.approx(min(losses), rel=1e-9)
     assert row["param"] == f"C={_C_GRID[int(np.argmin(losses))]:g}"
 
