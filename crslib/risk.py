@@ -439,10 +439,8 @@ def _test_comparisons(table: pd.DataFrame, test_samples: dict[str, np.ndarray], 
             continue
         diffs = test_samples[c] - test_samples[selected]
         low, high, _ = stats.percentile_interval(diffs, confidence)
-        valid = diffs[np.isfinite(diffs)]
         comp_rows.append({"candidate": c, "encoder": enc, "head": head, "difference": float(score - sel_test),
-                          "low": float(low), "high": float(high),
-                          "share_positive": float(np.mean(valid > 0)) if valid.size else float("nan")})
+                          "low": float(low), "high": float(high), "share_positive": stats.share_positive(diffs)})
     return pd.DataFrame(comp_rows, columns=["candidate", "encoder", "head", "difference", "low", "high",
                                             "share_positive"])
 

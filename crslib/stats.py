@@ -45,6 +45,7 @@ __all__ = [
     "group_permuter",
     "permutation_p_value",
     "percentile_interval",
+    "share_positive",
     "sum_of_squares",
     "DeLongResult",
     "delong_test",
@@ -228,6 +229,22 @@ def percentile_interval(samples: Any, confidence: float) -> tuple[np.ndarray, np
     return low, high, n_invalid
 
 
+def share_positive(differences: Any) -> float:
+    """Share of the defined (non-NaN) paired differences above zero; NaN, quietly, when none is defined.
+
+    The one home of the share reported next to a paired interval
+    (:func:`paired_bootstrap`, the test comparisons of :mod:`crslib.risk`).
+
+    Examples
+    --------
+    >>> share_positive([0.2, -0.1, 0.0, np.nan]), share_positive([np.nan])
+    (0.3333333333333333, nan)
+    """
+    differences = np.asarray(differences, dtype=float)
+    valid = differences[~np.isnan(differences)]
+    return float(np.mean(valid > 0)) if valid.size else float("nan")
+
+
 def _scalarise(x):
     x = np.asarray(x, dtype=float)
     return float(x) if x.ndim == 0 else x
@@ -363,8 +380,7 @@ def paired_bootstrap(
         idx = sampler.draw(rng)
         diffs[r] = float(statistic(*(x[idx] for x in aa))) - float(statistic(*(x[idx] for x in bb)))
     low, high, n_invalid = percentile_interval(diffs, confidence)
-    valid = diffs[~np.isnan(diffs)]
-    share = float(np.mean(valid > 0)) if valid.size else float("nan")
+    share = share_positive(diffs)
     return PairedBootstrapResult(
         estimate=est_a - est_b,
         low=float(low),

@@ -636,3 +636,79 @@ def test_the_union_summary_says_why_no_union_was_evaluated():
     # without a union asked for, one encoder is not a reason to report a missing union
     alone = evaluate_partition({"A": emb["A"]}, y, groups=groups, heads=["linear"], union_size=0, **FAST)
     assert "union" not in set(alone.not_fitted["candidate"]) and alone.union["reason"] == "union_size is 0"
+
+
+def test_the_union_summary_reads_the_unions_row_of_the_selection_table():
+    emb, y, groups = _complementary(task="regression")
+    res = evaluate_partition(emb, y, groups=groups, heads=["linear"], combinations=(), **FAST)
+    sel = res.selection.set_index("candidate")
+    row, best = sel.loc["union/linear"], sel.loc[["A/linear", "B/linear"], "val_loss"].idxmin()
+    # the gain is the best single encoder's validation loss minus the union's: positive when the union is better
+    assert res.union == {"evaluated": True, "members": row["members"].split("+"), "candidate": "union/linear",
+                         "best_single": best, "gain": pytest.approx(sel.loc[best, "val_loss"] - row["val_loss"]),
+                         "low": row["gain_low"], "high": row["gain_high"], "chosen": res.selected == "union/linear",
+                         "reason": row["why"]}
+    assert res.union["gain"] > 0 and res.union["low"] < res.union["gain"] < res.union["high"]
+
+
+def test_the_test_comparisons_pair_every_other_candidate_with_the_selected_one_on_the_same_resamples():
+    """Each row: the candidate's test score minus the selected one's, the percentile interval and the share
+    of positive differences over the test resamples both share (recomputed here from the predictions)."""
+    from crslib import stats
+    from crslib.risk_scores import resampled_primary
+
+    rng = np.random.default_rng(24)
+    groups = np.repeat(np.arange(150), 2)
+    latent = rng.normal(size=150)[groups] + 0.3 * rng.normal(size=groups.size)
+    y = (latent > 0).astype(int)
+    # two encoders of the same latent (the other one wins about half the resamples) and noise
+    emb = {"S1": _latent_embedding(latent, rng), "S2": _latent_embedding(latent, rng),
+           "noise": rng.normal(size=(groups.size, 12))}
+    options = dict(groups=groups, heads=["linear"], union_size=0, combinations=(), random_state=4, **FAST)
+    res = evaluate_partition(emb, y, **options)
+    comp, table = res.comparisons, res.candidates.set_index("candidate")
+    assert comp.columns.tolist() == ["candidate", "encoder", "head", "difference", "low", "high", "share_positive"]
+    others = res.candidates.loc[~res.candidates["selected"], ["candidate", "encoder", "head"]]
+    assert len(others) == 2
+    pd.testing.assert_frame_equal(comp[["candidate", "encoder", "head"]], others.reset_index(drop=True))
+
+    te, selected = res.test_idx, res.selected
+    counts = count_matrix(groups[te], res.n_resamples, int(np.random.SeedSequence(4).generate_state(4)[3]))
+    samples = {c: resampled_primary("classification", y[te], res.predictions[c][te], counts) for c in table.index}
+    for row in comp.to_dict("records"):
+        diffs = samples[row["candidate"]] - samples[selected]
+        low, high, _ = stats.percentile_interval(diffs, 0.95)
+        assert row["difference"] == pytest.approx(table.loc[row["candidate"], "test_score"]
+                                                  - table.loc[selected, "test_score"])
+        assert (row["low"], row["high"]) == pytest.approx((low, high))
+        assert row["share_positive"] == pytest.approx(np.mean(diffs[np.isfinite(diffs)] > 0))
+    rows = comp.set_index("candidate")
+    twin = rows.loc[rows["encoder"] != "noise"].iloc[0]
+    assert 0.2 < twin["share_positive"] < 0.8 and twin["low"] < 0 < twin["high"]
+    assert rows.loc["noise/linear", "share_positive"] == 0 and rows.loc["noise/linear", "difference"] < -0.3
+
+    # a copy of the selected encoder ties it on every resample: a difference of 0, none of them positive
+    chosen = selected.split("/")[0]
+    tied = evaluate_partition({**emb, "copy": emb[chosen].copy()}, y, **options)
+    pair = {f"{chosen}/linear", "copy/linear"}
+    assert tied.selected in pair
+    same = tied.comparisons.set_index("candidate").loc[(pair - {tied.selected}).pop()]
+    assert same[["difference", "low", "high", "share_positive"]].tolist() == [0.0, 0.0, 0.0, 0.0]
+
+
+def test_a_test_comparison_without_a_defined_resample_is_nan_and_quiet():
+    """One test resample that lacks the rare class: no paired difference is defined, so the interval and
+    the share of positive differences are NaN, without a warning (a book page shows none)."""
+    import warnings
+
+    groups = np.repeat(np.arange(40), 2)
+    y = np.repeat((np.arange(40) < 5).astype(int), 2)
+    rng = np.random.default_rng(0)
+    emb = {"A": _latent_embedding(np.where(y == 1, 1.0, -1.0), rng), "B": rng.normal(size=(80, 12))}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        res = evaluate_partition(emb, y, groups=groups, heads=["linear"], union_size=0, combinations=(),
+                                 random_state=0, n_components=4, n_resamples=1)
+    assert res.candidates["test_undefined"].tolist() == [1, 1]
+    row = res.comparisons.iloc[0]
+    assert np.isfinite(row["difference"]) and np.isnan(row[["low", "high", "share_positive"]].astype(float)).all()

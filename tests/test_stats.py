@@ -84,6 +84,22 @@ def test_paired_bootstrap_difference():
     assert same.estimate == 0 and same.low == 0 and same.high == 0 and same.share_positive == 0
 
 
+def test_share_positive_counts_only_defined_differences_above_zero():
+    import warnings
+
+    # a tie is not positive, a NaN is not counted: 2 of the 4 defined differences are above 0
+    assert stats.share_positive([0.3, 0.0, -0.2, np.nan, 1e-12]) == 0.5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert np.isnan(stats.share_positive([np.nan, np.nan]))
+        assert np.isnan(stats.share_positive([]))
+    # paired_bootstrap reports the share of its own resampled differences, NaN resamples left out
+    y = np.r_[np.zeros(3), np.ones(3)]
+    res = stats.paired_bootstrap(stats.auroc, (y, np.arange(6.0)), (y, np.arange(6.0)[::-1]), n_resamples=40,
+                                 random_state=1)
+    assert np.isnan(res.samples).any() and res.share_positive == 1.0
+
+
 def test_auroc_matches_sklearn_with_ties_and_nan_for_one_class():
     rng = np.random.default_rng(1)
     y = rng.integers(0, 2, 200)
