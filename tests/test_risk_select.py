@@ -633,6 +633,9 @@ def test_the_union_summary_says_why_no_union_was_evaluated():
                            "best_single": summary["best_single"], "chosen": False, "reason": reason}
         assert summary["best_single"] == res.candidates.set_index("candidate").query("kind == 'single'")[
             "val_loss"].idxmin()
+    # one candidate: nothing to compare on the test rows, but the table keeps its columns
+    assert one.comparisons.empty and one.comparisons.columns.tolist() == [
+        "candidate", "encoder", "head", "difference", "low", "high", "share_positive"]
     # without a union asked for, one encoder is not a reason to report a missing union
     alone = evaluate_partition({"A": emb["A"]}, y, groups=groups, heads=["linear"], union_size=0, **FAST)
     assert "union" not in set(alone.not_fitted["candidate"]) and alone.union["reason"] == "union_size is 0"
@@ -712,3 +715,53 @@ def test_a_test_comparison_without_a_defined_resample_is_nan_and_quiet():
     assert res.candidates["test_undefined"].tolist() == [1, 1]
     row = res.comparisons.iloc[0]
     assert np.isfinite(row["difference"]) and np.isnan(row[["low", "high", "share_positive"]].astype(float)).all()
+
+
+def test_a_partitions_result_ranks_names_refits_and_panels_what_it_was_given(caplog):
+    """One partition's result: validation ranks 1..n (the best score first, ties in table order), the task's
+    metric names, the refit table of the selected candidate, the selection's reasons naming its loss, and
+    the metric panel of both fits as metric_panel gives it on the test patients with the run's settings."""
+    import logging
+
+    from crslib.risk import METRIC_NAMES
+    from crslib.risk_metrics import metric_panel
+
+    emb, y, groups = _complementary(n_patients=120)
+    emb["A_copy"] = emb["A"].copy()  # ties A on validation: ranks stay distinct, in table order
+    with caplog.at_level(logging.INFO, logger="crslib.risk"):
+        res = evaluate_partition(emb, y, groups=groups, heads=["linear"], union_size=0, combinations=(),
+                                 n_components=8, n_resamples=300, confidence=0.9, random_state=6)
+    table = res.candidates.set_index("candidate")
+    assert res.partition == 0 and (res.metric, res.secondary_metric) == METRIC_NAMES["classification"]
+    assert table["val_rank"].dtype.kind == "i" and sorted(table["val_rank"]) == [1, 2, 3]
+    assert table.loc["A/linear", "val_score"] == table.loc["A_copy/linear", "val_score"]
+    assert table.loc["A/linear", "val_rank"] < table.loc["A_copy/linear", "val_rank"]
+    assert table["val_rank"].idxmin() == table["val_score"].idxmax()
+    best_single = res.selection.set_index("candidate")["why"].str.startswith("lowest validation log_loss")
+    assert best_single.sum() == 1
+    assert res.refit["candidate"].tolist() == [res.selected] * 2
+    assert res.refit["fit"].tolist() == ["train", "train+validation"]
+
+    te, pred = res.test_idx, res.predictions[res.selected]
+    seed_test = int(np.random.SeedSequence(6).generate_state(4)[3])
+    expected = pd.concat([metric_panel("classification", y[te], p[te], groups[te], n_resamples=300, confidence=0.9,
+                                       random_state=seed_test).assign(fit=fit)
+                          for fit, p in (("train", pred), ("train+validation", res.refit_prediction))],
+                         ignore_index=True)
+    pd.testing.assert_frame_equal(res.metrics, expected[["fit"] + list(expected.columns[:-1])])
+    assert not any("left out" in r.getMessage() for r in caplog.records)  # every resample held both classes
+
+
+def test_resamples_left_out_of_an_interval_are_logged_by_part_and_metric(caplog):
+    import logging
+
+    groups = np.repeat(np.arange(40), 2)
+    y = np.repeat((np.arange(40) < 5).astype(int), 2)
+    rng = np.random.default_rng(0)
+    emb = {"A": _latent_embedding(np.where(y == 1, 1.0, -1.0), rng), "B": rng.normal(size=(80, 12))}
+    with caplog.at_level(logging.INFO, logger="crslib.risk"):
+        res = evaluate_partition(emb, y, groups=groups, heads=["linear"], union_size=0, combinations=(),
+                                 random_state=0, n_components=4, n_resamples=1)
+    assert res.dropped.set_index("part")["n_dropped"].to_dict() == {"validation": 0, "test": 1}
+    assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == [
+        "test: 1 of 1 bootstrap resamples lacked a class and were left out of the auroc intervals"]
