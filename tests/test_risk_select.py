@@ -723,8 +723,10 @@ def test_a_partitions_result_ranks_names_refits_and_panels_what_it_was_given(cap
     the metric panel of both fits as metric_panel gives it on the test patients with the run's settings."""
     import logging
 
+    from crslib import stats
     from crslib.risk import METRIC_NAMES
     from crslib.risk_metrics import metric_panel
+    from crslib.risk_scores import partition_scores, resampled_primary
 
     emb, y, groups = _complementary(n_patients=120)
     emb["A_copy"] = emb["A"].copy()  # ties A on validation: ranks stay distinct, in table order
@@ -750,6 +752,27 @@ def test_a_partitions_result_ranks_names_refits_and_panels_what_it_was_given(cap
                          ignore_index=True)
     pd.testing.assert_frame_equal(res.metrics, expected[["fit"] + list(expected.columns[:-1])])
     assert not any("left out" in r.getMessage() for r in caplog.records)  # every resample held both classes
+    assert res.dropped["metric"].tolist() == ["auroc", "auroc"] and res.dropped["n_dropped"].eq(0).all()
+    assert res.not_fitted.empty and res.not_fitted.columns.tolist() == ["candidate", "reason"]
+    assert (res.n_resamples, res.confidence, res.random_state, res.loss) == (300, 0.9, 6, "log_loss")
+
+    # the refit table: the selected row as fitted on the training rows, then its refit scored the same way
+    counts = count_matrix(groups[te], 300, seed_test)
+    refit = res.refit.set_index("fit")
+    columns = ["test_score", "test_low", "test_high", "test_secondary", "test_loss"]
+    assert refit.loc["train", columns].tolist() == table.loc[res.selected, columns].tolist()
+    low, high, _ = stats.percentile_interval(
+        resampled_primary("classification", y[te], res.refit_prediction[te], counts), 0.9)
+    score, secondary = partition_scores("classification", y[te], res.refit_prediction[te])
+    loss = np.mean(row_losses("classification", y[te], res.refit_prediction[te], "log_loss"))
+    assert refit.loc["train+validation", columns].tolist() == pytest.approx([score, low, high, secondary, loss])
+    assert refit["n_fit"].tolist() == [res.train_idx.size, res.train_idx.size + res.val_idx.size]
+
+    # a regression partition names its own metrics and loss
+    emb, target, groups = _complementary(n_patients=120, task="regression")
+    reg = evaluate_partition(emb, target, groups=groups, heads=["linear"], union_size=0, combinations=(), **FAST)
+    assert (reg.task, reg.metric, reg.secondary_metric, reg.loss) == ("regression", *METRIC_NAMES["regression"],
+                                                                       "mse")
 
 
 def test_resamples_left_out_of_an_interval_are_logged_by_part_and_metric(caplog):
