@@ -699,19 +699,24 @@ def test_the_test_comparisons_pair_every_other_candidate_with_the_selected_one_o
     assert same[["difference", "low", "high", "share_positive"]].tolist() == [0.0, 0.0, 0.0, 0.0]
 
 
+def _one_resample_without_the_rare_class():
+    """5 positive patients of 40, one bootstrap resample: with seed 0 the test resample draws no positive."""
+    groups = np.repeat(np.arange(40), 2)
+    y = np.repeat((np.arange(40) < 5).astype(int), 2)
+    rng = np.random.default_rng(0)
+    emb = {"A": _latent_embedding(np.where(y == 1, 1.0, -1.0), rng), "B": rng.normal(size=(80, 12))}
+    return evaluate_partition(emb, y, groups=groups, heads=["linear"], union_size=0, combinations=(),
+                              random_state=0, n_components=4, n_resamples=1)
+
+
 def test_a_test_comparison_without_a_defined_resample_is_nan_and_quiet():
     """One test resample that lacks the rare class: no paired difference is defined, so the interval and
     the share of positive differences are NaN, without a warning (a book page shows none)."""
     import warnings
 
-    groups = np.repeat(np.arange(40), 2)
-    y = np.repeat((np.arange(40) < 5).astype(int), 2)
-    rng = np.random.default_rng(0)
-    emb = {"A": _latent_embedding(np.where(y == 1, 1.0, -1.0), rng), "B": rng.normal(size=(80, 12))}
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        res = evaluate_partition(emb, y, groups=groups, heads=["linear"], union_size=0, combinations=(),
-                                 random_state=0, n_components=4, n_resamples=1)
+        res = _one_resample_without_the_rare_class()
     assert res.candidates["test_undefined"].tolist() == [1, 1]
     row = res.comparisons.iloc[0]
     assert np.isfinite(row["difference"]) and np.isnan(row[["low", "high", "share_positive"]].astype(float)).all()
@@ -778,13 +783,8 @@ def test_a_partitions_result_ranks_names_refits_and_panels_what_it_was_given(cap
 def test_resamples_left_out_of_an_interval_are_logged_by_part_and_metric(caplog):
     import logging
 
-    groups = np.repeat(np.arange(40), 2)
-    y = np.repeat((np.arange(40) < 5).astype(int), 2)
-    rng = np.random.default_rng(0)
-    emb = {"A": _latent_embedding(np.where(y == 1, 1.0, -1.0), rng), "B": rng.normal(size=(80, 12))}
     with caplog.at_level(logging.INFO, logger="crslib.risk"):
-        res = evaluate_partition(emb, y, groups=groups, heads=["linear"], union_size=0, combinations=(),
-                                 random_state=0, n_components=4, n_resamples=1)
+        res = _one_resample_without_the_rare_class()
     assert res.dropped.set_index("part")["n_dropped"].to_dict() == {"validation": 0, "test": 1}
     assert [r.getMessage() for r in caplog.records if "left out" in r.getMessage()] == [
         "test: 1 of 1 bootstrap resamples lacked a class and were left out of the auroc intervals"]
