@@ -295,6 +295,34 @@ def test_pca_is_fitted_on_training_rows_only():
     np.testing.assert_allclose(reduce_dimensions(X, mask, n_components=10)[0], Z)
 
 
+def test_reduce_dimensions_defaults_scale_and_messages():
+    from assertions import error_message
+
+    # 400 training rows of 600 features: the randomised SVD, so the default seed shows
+    X = np.random.default_rng(1).normal(size=(500, 600)) * np.linspace(0.5, 3.0, 600)
+    train = np.arange(400)
+    Z, info = reduce_dimensions(X, train)
+    assert Z.shape == (500, 128) and info["n_components"] == 128  # the study's 128 dimensions
+    np.testing.assert_array_equal(Z, reduce_dimensions(X, train, n_components=128, random_state=0)[0])
+    assert not np.array_equal(Z, reduce_dimensions(X, train, random_state=1)[0])
+    # the standardisation's scale is the training rows' own (population) standard deviation
+    np.testing.assert_allclose(info["scale"], X[train].std(axis=0), rtol=1e-12)
+    np.testing.assert_allclose(info["mean"], X[train].mean(axis=0), rtol=1e-12)
+
+    small = X[:10, :4]
+    assert error_message(reduce_dimensions, small, np.ones(9, bool)) == (
+        "a boolean train_idx needs one entry per row (10), got shape (9,)")
+    for bad in ([0, 10], [-1, 3], [[0, 1]], [0.0, 1.0]):
+        assert error_message(reduce_dimensions, small, np.array(bad)) == (
+            "train_idx must be a 1-D array of row indices in [0, 10)")
+    assert reduce_dimensions(small, [0, 9])[1]["n_train"] == 2  # the last row and the fewest rows pass
+    for few in ([3], [3, 3], []):
+        assert error_message(reduce_dimensions, small, np.array(few, dtype=int)) == (
+            f"PCA needs at least 2 training rows, got {len(set(few))}")
+    assert error_message(reduce_dimensions, small, [0, 1], n_components=0) == (
+        "n_components must be an integer >= 1, got 0")
+
+
 def test_the_inner_folds_are_reduced_with_the_partitions_seed():
     from crslib.risk import _reduce_folds
 
