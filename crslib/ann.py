@@ -84,10 +84,9 @@ INDEX_CHOICES = ("auto", "exact") + APPROX_METHODS
 def _ivf_params(n: int, nlist: Any, nprobe: Any) -> tuple[int, int]:
     """Resolved (nlist, nprobe) of an IVF index over n rows."""
     if nlist is None:
-        # ~4 sqrt(N) lists (the faiss guideline), but at most N / 39: faiss'
-        # k-means wants at least 39 training points per centroid.
-        nlist = int(np.clip(round(4 * np.sqrt(n)), 16, 65536))
-        nlist = max(1, min(nlist, n // 39))
+        # ~4 sqrt(N) lists (the faiss guideline), at most 65,536, and at most N / 39:
+        # faiss' k-means wants at least 39 training points per centroid.
+        nlist = max(1, min(int(round(4 * np.sqrt(n))), 65536, n // 39))
     else:
         nlist = check_positive_int(nlist, "nlist")
         if nlist > n:
@@ -208,7 +207,7 @@ def _on_prepared(metric: str) -> str:
     return "ip" if metric == "cosine" else metric
 
 
-def _fetch_count(method: str, kk: int, refine: int, n: int, ef: int = 0) -> int:
+def _fetch_count(method: str, kk: int, refine: int, n: int, ef: int) -> int:
     """Candidates asked of the index per query: IVF-PQ ranks by compressed
     codes, so it returns ``refine`` x the candidates, re-ranked exactly;
     HNSW-SQ returns its whole search pool (``ef``), re-ranked exactly."""
@@ -249,7 +248,7 @@ def _search_rows(
 
 
 def _query_step(fetch: int) -> int:
-    return int(max(1, min(_FAISS_QUERY_BATCH, _SEARCH_BUDGET // (fetch * 12))))
+    return max(1, min(_FAISS_QUERY_BATCH, _SEARCH_BUDGET // (fetch * 12)))
 
 
 #: Queries on which ``target_recall`` tunes the search depth (their exact

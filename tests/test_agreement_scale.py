@@ -260,9 +260,82 @@ def test_ivfpq_euclidean_and_too_few_rows():
         ann.approximate_knn_indices(X, method="ivfpq", refine_factor=0)
 
 
-@pytest.mark.parametrize(("d", "m"), [(512, 64), (768, 96), (64, 8), (100, 20), (7, 1), (24, 3)])
+@pytest.mark.parametrize(("d", "m"), [(512, 64), (768, 96), (64, 8), (100, 20), (7, 1), (24, 3), (72, 9), (13, 13)])
 def test_pq_subquantizers_divide_the_dimension(d, m):
     assert ann._pq_subquantizers(d) == m and d % m == 0
+
+
+@pytest.mark.parametrize(("n", "lists", "probes"), [
+    (20_000, 512, 32),          # 4 sqrt(N) = 566 lists, but at most N // 39 = 512; 512 // 16 probes
+    (100_000, 1265, 64),        # 4 sqrt(N); 1265 // 16 = 79 probes, capped at 64
+    (1_000_000, 4000, 64),
+    (5_000, 128, 16),           # N // 39; 128 // 16 = 8, at least 16
+    (2_000, 51, 16),
+    (700, 17, 16),              # 4 sqrt(N) = 106, N // 39 = 17
+    (100, 2, 2),                # at most N // 39 lists, and never more probes than lists
+    (30, 1, 1),                 # N // 39 = 0: one list
+    (10**10, 65536, 64),        # 4 sqrt(N) = 400,000, at most 65,536 lists
+])
+def test_ivf_lists_and_probes_follow_the_documented_rule(n, lists, probes):
+    assert ann._ivf_params(n, None, None) == (lists, probes)
+
+
+def test_ivf_lists_and_probes_given_are_kept_and_checked():
+    assert ann._ivf_params(1000, 40, 7) == (40, 7)
+    assert ann._ivf_params(1000, 1000, None) == (1000, 62)  # as many lists as rows is allowed
+    assert ann._ivf_params(1000, 5, 10) == (5, 5)  # never more probes than lists
+    assert ann._ivf_params(1000, None, 3) == (25, 3)
+    assert ann._ivf_params(10_000, np.int64(300), np.int32(20)) == (300, 20)
+    assert error_message(ann._ivf_params, 1000, 1001, None) == (
+        "nlist=1001 must not exceed the number of images N=1000")
+    assert error_message(ann._ivf_params, 1000, 0, None) == "nlist must be a positive integer, got 0"
+    assert error_message(ann._ivf_params, 1000, None, 2.5) == "nprobe must be a positive integer, got 2.5"
+
+
+def test_candidates_fetched_and_queries_per_batch():
+    # IVF-PQ fetches refine x the candidates, HNSW-SQ its whole pool, the others k + 1; never more than N
+    assert ann._fetch_count("ivfpq", 11, 8, 10_000, 64) == 88
+    assert ann._fetch_count("ivfpq", 11, 8, 50, 0) == 50
+    assert ann._fetch_count("hnswsq", 11, 8, 10_000, 64) == 64
+    assert ann._fetch_count("hnswsq", 11, 8, 10_000, 5) == 11
+    assert ann._fetch_count("hnswsq", 11, 8, 40, 64) == 40
+    assert ann._fetch_count("ivf", 11, 8, 10_000, 64) == 11
+    assert ann._fetch_count("hnsw", 11, 8, 10_000, 64) == 11
+    # a batch's ids and scores (12 bytes a candidate) stay within the search budget, up to faiss' batch
+    from crslib.neighbors import _FAISS_QUERY_BATCH, _SEARCH_BUDGET
+    assert ann._query_step(11) == _FAISS_QUERY_BATCH and type(ann._query_step(10_000)) is int
+    assert ann._query_step(10_000) == _SEARCH_BUDGET // 120_000 == 2236
+    assert ann._query_step(_SEARCH_BUDGET) == 1  # one query at a time, never none
+    assert ann._on_prepared("cosine") == "ip"
+    assert ann._on_prepared("euclidean") == "euclidean" and ann._on_prepared("ip") == "ip"
+
+
+def test_search_options_are_refused_with_their_whole_message():
+    def check(**options):
+        settings = {"index": "ivf", "threshold": 10, "recall_sample": 5, **options}
+        return error_message(ann._check_search_options, settings.pop("index"), settings.pop("threshold"),
+                             settings.pop("recall_sample"), **settings)
+
+    assert check(index="lsh") == (
+        "index must be one of ('auto', 'exact', 'ivf', 'ivfpq', 'hnsw', 'hnswsq'), got 'lsh'")
+    for bad in (-1, 2.0, True, "10"):
+        assert check(threshold=bad) == f"threshold must be a non-negative integer (images), got {bad!r}"
+    assert check(recall_sample=0) == "recall_sample must be a positive integer, got 0"
+    assert check(nprobe=0) == "nprobe must be a positive integer or None, got 0"
+    for bad in (0, 1.01, -0.5, "0.9", True, None):
+        assert check(max_probe_share=bad) == f"max_probe_share must be a number in (0, 1], got {bad!r}"
+    assert check(target_recall=0.0) == "target_recall must be a number in (0, 1], got 0.0"
+    for bad in (0, -1.0, "60", False):
+        assert check(tune_seconds=bad) == f"tune_seconds must be a positive number of seconds, got {bad!r}"
+    # the bounds themselves and numpy numbers pass
+    for good in ({"threshold": 0}, {"threshold": np.int64(3)}, {"max_probe_share": 1}, {"target_recall": 1.0},
+                 {"target_recall": None}, {"max_probe_share": np.float32(0.5)}, {"tune_seconds": 1e-9},
+                 {"tune_seconds": np.int64(2)}, {"nprobe": None}, {"index": "exact"}, {"index": "auto"}):
+        settings = {"index": "ivf", "threshold": 10, "recall_sample": 5, **good}
+        assert ann._check_search_options(settings.pop("index"), settings.pop("threshold"),
+                                         settings.pop("recall_sample"), **settings) is None
+    assert ann._check_share(np.float64(0.25), "x") == 0.25 and type(ann._check_share(1, "x")) is float
+    assert ann._check_share(None, "x", allow_none=True) is None
 
 
 @pytest.mark.parametrize("metric", ["euclidean", "ip"])
