@@ -308,6 +308,10 @@ def test_reduce_dimensions_defaults_scale_and_messages():
     # the standardisation's scale is the training rows' own (population) standard deviation
     np.testing.assert_allclose(info["scale"], X[train].std(axis=0), rtol=1e-12)
     np.testing.assert_allclose(info["mean"], X[train].mean(axis=0), rtol=1e-12)
+    # the fitted scaler and PCA map new rows as the reduction did
+    assert set(info) == {"n_components", "n_features", "n_train", "explained_variance", "mean", "scale",
+                         "components", "scaler", "pca"}
+    np.testing.assert_allclose(info["pca"].transform(info["scaler"].transform(X[::7])), Z[::7], atol=1e-10)
 
     small = X[:10, :4]
     assert error_message(reduce_dimensions, small, np.ones(9, bool)) == (
