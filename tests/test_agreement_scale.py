@@ -220,7 +220,16 @@ def test_index_memory_is_reported_and_the_codes_are_a_quarter_of_the_rows(big):
     assert links > 0 and flat["params"]["index_mb"] > sq["params"]["index_mb"]
     assert sq["params"]["index_mb"] == pytest.approx(n * d / 2**20 + links, rel=0.05)
     p = pq["params"]
-    assert p["index_mb"] == pytest.approx((n * (p["pq_m"] + 8) + p["nlist"] * d * 4) / 2**20, rel=1e-3)
+    assert p["index_mb"] == pytest.approx((n * (p["pq_m"] + 8) + (p["nlist"] + 256) * d * 4) / 2**20, rel=1e-3)
+
+
+@pytest.mark.parametrize("method", ["hnsw", "hnswsq", "ivf", "ivfpq"])
+def test_index_memory_is_that_of_the_serialised_index(method):
+    # faiss writes each index's arrays (rows or codes, ids, centroids, codebook, links) as they are held
+    X = _rng(4).normal(size=(PQ_ROWS if method == "ivfpq" else 3000, 16)).astype(np.float32)
+    index, _ = ann._build_approx_index(X, "ip", method, nlist=32, hnsw_m=32, seed=0)
+    serialised = faiss.serialize_index(index).nbytes / 2**20
+    assert ann._index_mb(index, method, *X.shape) == pytest.approx(serialised, rel=0.005)
 
 
 def test_ivfpq_reranks_exactly_and_finds_the_neighbours(big):
