@@ -223,6 +223,25 @@ def test_index_memory_is_reported_and_the_codes_are_a_quarter_of_the_rows(big):
     assert p["index_mb"] == pytest.approx((n * (p["pq_m"] + 8) + (p["nlist"] + 256) * d * 4) / 2**20, rel=1e-3)
 
 
+def test_cell_ranks_are_where_each_neighbours_cell_comes_in_its_querys_probe_order():
+    """The tuning's bound on what probing p cells can find: for every query and exact neighbour, the
+    position of the neighbour's cell among the query's cells (closest first), max_probe when farther."""
+    rng = _rng(15)
+    X = rng.normal(size=(700, 8)).astype(np.float32)
+    centroids = rng.normal(size=(40, 8)).astype(np.float32)
+    quantizer = faiss.IndexFlatIP(8)
+    quantizer.add(centroids)
+    rows = np.arange(0, 700, 2)  # 350 queries: more than one block of 256, the first row included
+    exact = nb.knn_indices(X, k=5, metric="ip", queries=rows)
+    order = np.argsort(-(X[rows] @ centroids.T), axis=1)
+    home = np.argmax(X @ centroids.T, axis=1)
+    expected = [list(order[i]).index(home[j]) for i in range(len(rows)) for j in exact[i]]
+    expected = np.sort(np.minimum(expected, 10))
+    ranks = ann._cell_ranks(quantizer, X, rows, exact, 10)
+    assert ranks.dtype == np.int64 and (expected == 10).any() and (expected == 0).any()
+    np.testing.assert_array_equal(ranks, expected)
+
+
 @pytest.mark.parametrize("method", ["hnsw", "hnswsq", "ivf", "ivfpq"])
 def test_index_memory_is_that_of_the_serialised_index(method):
     # faiss writes each index's arrays (rows or codes, ids, centroids, codebook, links) as they are held
@@ -691,6 +710,30 @@ def test_agreement_matrix_bounds_a_pair_of_one_exact_and_one_approximate_search(
     swapped = ag.agreement_matrix({"easy": easy, "hard": hard}, k=10, index="ivf", recall_sample=500,
                                   target_recall=0.9, scheduler=client)
     assert swapped.overlap_error_bound == {"easy|hard": pytest.approx(1.0 - low)}
+
+
+def test_exact_search_on_workers_splits_the_queries_into_four_blocks_per_worker(client, monkeypatch):
+    """Each task searches all N rows for a block of queries: about 4 blocks per worker, of at least 1,000
+    queries (so a task's rebuilt index is worth it), or the blocks asked for; the result is one search's."""
+    import crslib.cluster
+
+    sent = []
+
+    def recording(client, function, tasks, **kwargs):
+        sent.append((function.__name__, list(tasks)))
+        return crslib.cluster.run_tasks(client, function, tasks, **kwargs)
+
+    monkeypatch.setattr(ann, "run_tasks", recording)
+    X = _rng(14).normal(size=(9000, 4))
+    ids, _ = ann.knn_search(X, k=3, client=client)
+    assert sent == [("_knn_block_task", [(s, s + 1125) for s in range(0, 9000, 1125)])]  # 9,000 / (4 x 2)
+    np.testing.assert_array_equal(ids, nb.knn_indices(X, k=3))
+    sent.clear()
+    ann.knn_search(X[:3003], k=3, client=client)
+    assert sent == [("_knn_block_task", [(0, 1000), (1000, 2000), (2000, 3000), (3000, 3003)])]
+    sent.clear()
+    ann.knn_search(X[:1500], k=3, client=client, query_block=700)
+    assert sent == [("_knn_block_task", [(0, 700), (700, 1400), (1400, 1500)])]
 
 
 def test_agreement_matrix_on_a_single_worker_searches_there():
