@@ -506,6 +506,28 @@ def test_knn_search_auto_threshold():
         ann.knn_search(X, index="ivf", recall_sample=0)
 
 
+def test_knn_search_defaults_are_what_it_documents():
+    X = _clustered(3000, d=16, n_centres=30, seed=16)
+    ids, info = ann.knn_search(X)
+    assert ids.shape == (3000, 10) and info["k"] == 10 and info["index"] == "exact"  # below 200,000 images
+    np.testing.assert_array_equal(ids, nb.knn_indices(X, k=10, metric="cosine"))
+    assert not np.array_equal(ids, nb.knn_indices(X, k=10, metric="euclidean"))
+    # the approximate search's defaults: a seeded, tuned search checked on up to 20,000 queries
+    explicit = {"k": 10, "metric": "cosine", "recall_sample": 20_000, "random_state": 0, "target_recall": 0.95,
+                "max_probe_share": 0.25, "tune_seconds": 600.0}
+    for index in ("ivf", "hnsw"):
+        ids, info = ann.knn_search(X, index=index)
+        same, same_info = ann.knn_search(X, index=index, **explicit)
+        np.testing.assert_array_equal(ids, same)
+        assert {**info, "seconds": 0} == {**same_info, "seconds": 0}
+        assert info["target_recall"] == 0.95 and info["params"]["tune_queries"] == 750
+        if index == "ivf":
+            assert info["params"]["max_nprobe"] == 19 and info["params"]["nprobe"] <= 19  # a quarter of 76 lists
+    big = _clustered(20_500, d=8, n_centres=50, seed=16)
+    _, info = ann.knn_search(big, index="hnsw", target_recall=None)
+    assert info["recall_sample"] == 20_000
+
+
 def test_nprobe_reaches_the_search_and_trades_recall():
     X = _clustered(5000, d=32, n_centres=50, seed=13)
     _, few = ann.knn_search(X, k=10, index="ivf", nprobe=1, recall_sample=1000)
