@@ -512,6 +512,10 @@ def test_knn_search_defaults_are_what_it_documents():
     assert ids.shape == (3000, 10) and info["k"] == 10 and info["index"] == "exact"  # below 200,000 images
     np.testing.assert_array_equal(ids, nb.knn_indices(X, k=10, metric="cosine"))
     assert not np.array_equal(ids, nb.knn_indices(X, k=10, metric="euclidean"))
+    groups = np.arange(3000) // 3
+    grouped, _ = ann.knn_search(X, exclude_groups=groups)
+    np.testing.assert_array_equal(grouped, nb.knn_indices(X, k=10, exclude_groups=groups))
+    assert (groups[grouped] != groups[:, None]).all() and not np.array_equal(grouped, ids)
     # the approximate search's defaults: a seeded, tuned search checked on up to 20,000 queries
     explicit = {"k": 10, "metric": "cosine", "recall_sample": 20_000, "random_state": 0, "target_recall": 0.95,
                 "max_probe_share": 0.25, "tune_seconds": 600.0}
@@ -754,8 +758,10 @@ def test_exact_search_on_workers_splits_the_queries_into_four_blocks_per_worker(
     ann.knn_search(X[:3003], k=3, client=client)
     assert sent == [("_knn_block_task", [(0, 1000), (1000, 2000), (2000, 3000), (3000, 3003)])]
     sent.clear()
-    ann.knn_search(X[:1500], k=3, client=client, query_block=700)
+    ids, _ = ann.knn_search(X[:1500], k=3, client=client, query_block=700, metric="euclidean")
     assert sent == [("_knn_block_task", [(0, 700), (700, 1400), (1400, 1500)])]
+    np.testing.assert_array_equal(ids, nb.knn_indices(X[:1500], k=3, metric="euclidean"))
+    assert not np.array_equal(ids, nb.knn_indices(X[:1500], k=3))  # the tasks search with the metric asked for
 
 
 def test_agreement_matrix_on_a_single_worker_searches_there():
