@@ -516,6 +516,9 @@ def test_knn_search_defaults_are_what_it_documents():
     grouped, _ = ann.knn_search(X, exclude_groups=groups)
     np.testing.assert_array_equal(grouped, nb.knn_indices(X, k=10, exclude_groups=groups))
     assert (groups[grouped] != groups[:, None]).all() and not np.array_equal(grouped, ids)
+    # the exact search runs on the device asked for: one that cannot be used is refused, not ignored
+    assert error_message(ann.knn_search, X, device="tpu") == (
+        "device must be one of auto, cpu, cuda, mps (or cuda:N), got 'tpu'")
     # the approximate search's defaults: a seeded, tuned search checked on up to 20,000 queries
     explicit = {"k": 10, "metric": "cosine", "recall_sample": 20_000, "random_state": 0, "target_recall": 0.95,
                 "max_probe_share": 0.25, "tune_seconds": 600.0}
