@@ -223,6 +223,29 @@ def test_index_memory_is_reported_and_the_codes_are_a_quarter_of_the_rows(big):
     assert p["index_mb"] == pytest.approx((n * (p["pq_m"] + 8) + (p["nlist"] + 256) * d * 4) / 2**20, rel=1e-3)
 
 
+def test_graph_rows_are_added_in_blocks_on_one_thread_when_seeded():
+    """Threads insert rows concurrently, so only a one-thread build gives a seed's graph every time."""
+
+    class Recording:
+        def __init__(self):
+            self.calls = []
+
+        def add(self, block):
+            self.calls.append((block.shape, block.flags["C_CONTIGUOUS"], faiss.omp_get_max_threads()))
+
+    X = np.zeros((ann._ADD_BLOCK + 10, 4), dtype=np.float32)[:, ::2]  # a strided view: copied per block
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(2)
+    try:
+        for seed, used in ((0, 1), (None, 2)):
+            index = Recording()
+            ann._add_graph_rows(faiss, index, X, seed)
+            assert index.calls == [((ann._ADD_BLOCK, 2), True, used), ((10, 2), True, used)]
+            assert faiss.omp_get_max_threads() == 2  # given back
+    finally:
+        faiss.omp_set_num_threads(threads)
+
+
 def test_cell_ranks_are_where_each_neighbours_cell_comes_in_its_querys_probe_order():
     """The tuning's bound on what probing p cells can find: for every query and exact neighbour, the
     position of the neighbour's cell among the query's cells (closest first), max_probe when farther."""
