@@ -223,6 +223,31 @@ def test_index_memory_is_reported_and_the_codes_are_a_quarter_of_the_rows(big):
     assert p["index_mb"] == pytest.approx((n * (p["pq_m"] + 8) + (p["nlist"] + 256) * d * 4) / 2**20, rel=1e-3)
 
 
+def test_search_rows_drop_the_query_its_group_and_unfilled_slots():
+    """A candidate is the query itself, one of its group, or a slot faiss could not fill (id -1, which
+    indexes row 0 when groups are looked up): none may be returned, and a row short of k says so."""
+
+    class Fixed:  # an IVF "index" that returns the same candidates, closest first, for every query
+        def search(self, Q, fetch):
+            ids = np.array([[2, 3, -1, 0, 4]] * len(Q), dtype=np.int64)[:, :fetch]
+            scores = np.array([[1.0, 0.9, -3.4e38, 0.5, 0.4]] * len(Q), dtype=np.float32)[:, :fetch]
+            return scores, ids
+
+    X = np.eye(6, dtype=np.float32)
+    qids = np.array([2])
+    groups = np.array([0, 0, 1, 1, 2, 2])  # row 2's group holds row 3; row 0 is in another group
+    ids, scores, done = ann._search_rows(Fixed(), X, qids, k=2, fetch=5, metric="ip", gcodes=groups, method="ivf")
+    assert ids.tolist() == [[0, 4]] and scores.tolist() == [[0.5, pytest.approx(0.4)]] and done.tolist() == [True]
+    assert scores.dtype == np.float32
+    # two candidates are left for k=3: the empty slot stays empty, though row 0's group is not the query's
+    ids, scores, done = ann._search_rows(Fixed(), X, qids, k=3, fetch=5, metric="ip", gcodes=groups, method="ivf")
+    assert ids[0, :2].tolist() == [0, 4] and scores[0, 2] == -np.inf and done.tolist() == [False]
+    # without groups, three candidates are short of k=4: the row is not done and its last slot is empty
+    ids, scores, done = ann._search_rows(Fixed(), X, qids, k=4, fetch=5, metric="ip", gcodes=None, method="ivf")
+    assert ids[0, :3].tolist() == [3, 0, 4] and done.tolist() == [False]
+    assert scores[0, 3] == -np.inf and scores.dtype == np.float32
+
+
 def test_graph_rows_are_added_in_blocks_on_one_thread_when_seeded():
     """Threads insert rows concurrently, so only a one-thread build gives a seed's graph every time."""
 
