@@ -200,10 +200,10 @@ def _index_mb(index: Any, method: str, n: int, d: int) -> float:
         return (links + n * d * (4 if method == "hnsw" else 1)) / 2**20
     if method == "ivfpq":
         # the codes and ids, and the codebook: 2**nbits centroids of d / M dimensions per sub-quantizer
-        rows = n * (index.pq.M * index.pq.nbits // 8 + 8) + 2**index.pq.nbits * d * 4
+        stored = n * (index.pq.M * index.pq.nbits // 8 + 8) + 2**index.pq.nbits * d * 4
     else:
-        rows = n * (4 * d + 8)
-    return (rows + index.nlist * d * 4) / 2**20
+        stored = n * (4 * d + 8)  # the float32 rows and their ids
+    return (stored + index.nlist * d * 4) / 2**20
 
 
 def _on_prepared(metric: str) -> str:
