@@ -89,6 +89,9 @@ def test_share_positive_counts_only_defined_differences_above_zero():
 
     # a tie is not positive, a NaN is not counted: 2 of the 4 defined differences are above 0
     assert stats.share_positive([0.3, 0.0, -0.2, np.nan, 1e-12]) == 0.5
+    # a difference that could not be computed may come as None (a list built from records, an
+    # object column): it is undefined like NaN, not an error
+    assert stats.share_positive([0.3, None, -0.2]) == 0.5
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
         assert np.isnan(stats.share_positive([np.nan, np.nan]))
