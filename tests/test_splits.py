@@ -79,7 +79,8 @@ def test_grouped_partition_messages_name_the_fractions_and_the_patient_count():
         "fractions (0.4, 0.3, 0.3) need at least 3 patients (one per part), found 2; "
         "add patients or pass fewer fractions"
     )
-    for bad in ((0.5, -0.1, 0.6), (1.0, -1.0), (0.5, float("nan"))):
+    # a missing share (None) and all-zero shares are refused like a negative or NaN one
+    for bad in ((0.5, -0.1, 0.6), (1.0, -1.0), (0.5, float("nan")), (0.5, None), (0.0, 0.0)):
         with pytest.raises(InputError) as info:
             grouped_partition(np.arange(10), bad)
         assert str(info.value) == (
