@@ -89,7 +89,11 @@ def open_client(scheduler: Any = None) -> Iterator[Any]:
         n = _local_workers(scheduler)
         # One thread per worker: the tasks use torch and faiss, which bring
         # their own threads; processes keep the GIL and the threads apart.
+        # Without a dashboard the scheduler still serves its health routes, on
+        # port 8787 unless told otherwise: any port the system gives keeps a second
+        # cluster (another run, a notebook's, RStudio's) from warning that 8787 is taken.
         with LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                          scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"},
                           silence_logs=logging.ERROR) as cluster, Client(cluster) as client:
             yield client
         return

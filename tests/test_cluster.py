@@ -178,6 +178,27 @@ def test_bad_scheduler_arguments_are_clear_errors(monkeypatch) -> None:
             pass
 
 
+def test_a_local_cluster_does_not_claim_port_8787(recwarn) -> None:
+    """A second local cluster, or anything else on the dashboard's usual port, gives no warning."""
+    import socket
+    import warnings
+
+    held = socket.socket()
+    try:
+        held.bind(("", 8787))
+        held.listen()
+    except OSError:
+        pass  # something else holds 8787 already: the case under test
+    warnings.simplefilter("always")
+    try:
+        with open_client("local:1") as client:
+            assert run_tasks(client, _power, [(3,)], shared={"exponent": 2}) == [9]
+    finally:
+        held.close()
+    taken = [str(w.message) for w in recwarn if "already in use" in str(w.message)]
+    assert taken == []
+
+
 def test_crs_embed_with_a_scheduler_address_matches_in_process(client, manifest, reference, tmp_path) -> None:
     csv = tmp_path / "manifest.csv"
     manifest.to_csv(csv, index=False)
