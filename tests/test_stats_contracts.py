@@ -478,4 +478,7 @@ def test_auroc_refuses_labels_other_than_0_1_and_missing_scores():
         "y_true has 1 missing value(s) (NaN or None); give every row its label, or drop those rows")
     assert error_message(stats.auroc, [0, 1, 0, 1], [0.1, np.nan, 0.3, np.inf]) == (
         "y_score has 2 NaN or infinite value(s); drop those cases")
+    # a score given as None (an object column with a missing score) is missing like NaN, not a TypeError
+    assert error_message(stats.auroc, [0, 1, 0, 1], [0.1, None, 0.3, 0.9]) == (
+        "y_score has 1 NaN or infinite value(s); drop those cases")
     assert stats.auroc(np.array([0.0, 1.0, 0.0, 1.0]), [0.1, 0.8, 0.3, 0.9]) == 1.0  # 0/1 as float is fine
