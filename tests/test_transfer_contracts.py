@@ -219,7 +219,8 @@ def test_transfer_sweep_messages_and_limits():
     assert error_message(sweep, X_new=new[:39]) == (
         "X_old and X_new must hold the same images in the same order; they have 40 and 39 rows")
     assert error_message(sweep, groups=groups[:5]) == "groups must have one patient id per image (40), got shape (5,)"
-    for bad in [(0.5, 0.5), (0.5, 0.5, 0.0), (0.6, 0.5, -0.1), (0.5, 0.25, 0.2)]:
+    # a missing share (None) is refused like the others, not a TypeError from comparing None
+    for bad in [(0.5, 0.5), (0.5, 0.5, 0.0), (0.6, 0.5, -0.1), (0.5, 0.25, 0.2), (0.5, None, 0.5)]:
         assert error_message(sweep, fractions=bad) == (
             f"fractions must be three positive shares (map, train, test) summing to 1, got {bad}")
     for bad in (1, True, 2.5):
