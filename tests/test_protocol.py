@@ -411,6 +411,9 @@ def test_linear_probe_messages():
     bad[1, 1] = np.nan
     assert error_message(protocol.linear_probe, bad, y, split) == (
         "X holds 1 NaN or infinite values; the embeddings are broken")
+    # an embedding table with a missing value given as None (object rows) reads it as NaN
+    assert error_message(protocol.linear_probe, [[1.0, 1.0], [1.0, None], [1.0, 1.0], [1.0, 1.0]], y, split) == (
+        "X holds 1 NaN or infinite values; the embeddings are broken")
     assert error_message(protocol.linear_probe, X, [1, 1, 1, 1], split) == (
         "y_true holds only the positive (1) class (4 cases); a split needs both classes to compute these metrics, "
         "so use a larger or stratified split")
