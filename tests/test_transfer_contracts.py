@@ -115,6 +115,8 @@ def test_linear_map_messages():
         "alphas must be positive finite numbers, got [1.0, 0.0]")
     assert error_message(T.fit_linear_map, X, Y, alphas=[]) == "alphas must be positive finite numbers, got []"
     assert error_message(T.fit_linear_map, X, Y, alphas=[np.inf]) == "alphas must be positive finite numbers, got [inf]"
+    assert error_message(T.fit_linear_map, X, Y, alphas=[1.0, None]) == (
+        "alphas must be positive finite numbers, got [1.0, None]")
     assert error_message(T.fit_linear_map, X, Y, cv=1) == "cv must be an integer >= 2, got 1"
     assert error_message(T.fit_linear_map, X, Y, cv=True) == "cv must be an integer >= 2, got True"
     assert error_message(T.fit_linear_map, X, Y, cv=2.0) == "cv must be an integer >= 2, got 2.0"
