@@ -225,6 +225,8 @@ def test_regression_known_answer_with_r2():
     assert table.loc[res.primary.selected, "test_score"] > 0.7
     assert table.loc[res.primary.selected, "test_secondary"] < 6.0  # MAE in target units (sd ~ 10.8)
     assert (table.loc[table["encoder"] == "noise", "test_score"] < 0.15).all()
+    # a regression has no classes: its summaries say so instead of failing
+    assert res.primary.to_dict()["classes"] is None and res.to_dict()["primary"]["classes"] is None
 
 
 # --------------------------------------------------------------------------- feature union
