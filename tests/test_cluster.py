@@ -181,7 +181,6 @@ def test_bad_scheduler_arguments_are_clear_errors(monkeypatch) -> None:
 def test_a_local_cluster_does_not_claim_port_8787(recwarn) -> None:
     """A second local cluster, or anything else on the dashboard's usual port, gives no warning."""
     import socket
-    import warnings
 
     held = socket.socket()
     try:
@@ -189,7 +188,6 @@ def test_a_local_cluster_does_not_claim_port_8787(recwarn) -> None:
         held.listen()
     except OSError:
         pass  # something else holds 8787 already: the case under test
-    warnings.simplefilter("always")
     try:
         with open_client("local:1") as client:
             assert run_tasks(client, _power, [(3,)], shared={"exponent": 2}) == [9]
