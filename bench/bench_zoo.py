@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python bench/bench_zoo.py [quick|default ...] [--probe] [--device cuda]
+    .venv/bin/python bench/bench_zoo.py [quick|default|full ...] [--probe] [--device cuda] [--estimate]
 
 For each preset: trains the zoo into a fresh temporary cache folder (the
 phantom itself comes from the normal crslib cache), prints the total wall
@@ -15,7 +15,9 @@ held-out images, the paired difference and its patient-grouped 95%
 interval); with ``--probe`` also the mean linear-probe AUROC over the 8
 findings fitted on the training split, scored on val + test. The recorded
 table has the preset's time against its budget, the training time per
-objective and each trained model's margin.
+objective and each trained model's margin. ``--estimate`` trains nothing:
+it times a few steps of each model and multiplies by its steps: an idle-machine
+estimate (the full preset's factor zoo, say) without spending the hours.
 """
 
 from __future__ import annotations
@@ -29,8 +31,16 @@ import time
 import crslib  # noqa: F401  (before torch/timm)
 from _results import record, row  # noqa: E402  (bench/ is the script's folder)
 
-BUDGET_S = {"quick": 120.0, "default": 600.0}
-DATA = {"quick": "phantom?patients=150&size=64&seed=0", "default": "phantom?patients=600&size=64&seed=0"}
+# full has no budget of its own: configs/full.yaml says how long its whole book takes
+BUDGET_S = {"quick": 120.0, "default": 600.0, "full": 3600.0}
+
+
+def zoo_data(preset: str) -> str:
+    """What the preset's zoo trains on (its config's ``zoo_data``)."""
+    from crslib.config import load_preset
+
+    parameters = load_preset(preset)["parameters"]
+    return parameters.get("zoo_data", parameters["data"])
 
 
 def probe_auroc(manifest, encoder) -> float:
@@ -63,8 +73,10 @@ def estimate(preset: str, manifest, repeats: int = 6) -> float:
     from crslib.models._training import training_context
     from crslib.models.objectives import _build_objective
     from crslib.models.trainer import _labels_for, _load_pool
+    from crslib.models.zoo_presets import _preset_image_size
 
-    pool = _load_pool(manifest, 64, False)
+    size = _preset_image_size(preset, None)
+    pool = _load_pool(manifest, size, False)
     total = 0.0
     with training_context(ZOO_THREADS):
         for spec in zoo_specs(preset):
@@ -73,7 +85,7 @@ def estimate(preset: str, manifest, repeats: int = 6) -> float:
             cols, labels, classes = _labels_for(spec.objective, pool.rows)
             torch.manual_seed(0)
             model = _build_objective(spec, build_encoder_module(spec.architecture),
-                                     len(cols) if spec.objective == "supervised_multilabel" else len(classes), 64)
+                                     len(cols) if spec.objective == "supervised_multilabel" else len(classes), size)
             opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
             gen = torch.Generator().manual_seed(0)
             batch = min(spec.batch_size, len(pool.rows))
@@ -88,7 +100,8 @@ def estimate(preset: str, manifest, repeats: int = 6) -> float:
                 opt.step()
                 model.after_step(0.5)
                 times.append(time.perf_counter() - t)
-            steps = (len(pool.rows) // batch) * spec.epochs
+            n_rows = len(pool.rows) // 2 if spec.patients != "all" else len(pool.rows)  # a patient half
+            steps = (n_rows // batch) * spec.epochs
             total += min(times[1:]) * steps
             print(f"  {spec.name:42s} {min(times[1:]) * 1000:6.1f} ms/step x {steps} steps = "
                   f"{min(times[1:]) * steps:6.1f} s", flush=True)
@@ -132,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)
     table, start = [], time.perf_counter()
     for preset in args.presets:
-        manifest = load_data(DATA[preset])
+        manifest = load_data(zoo_data(preset))
         if args.estimate:
             total = estimate(preset, manifest)
             print(f"== {preset}: estimated {total:.1f} s of training on an idle 2-core machine "
@@ -144,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         cards = train_zoo(manifest, preset=preset, cache_root=root, progress=False, device=args.device)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         load_after = os.getloadavg()[0]
-        print(f"\n== zoo preset {preset}: {len(cards)} models on {DATA[preset]} "
+        print(f"\n== zoo preset {preset}: {len(cards)} models on {zoo_data(preset)} "
               f"({int((manifest['split'] == 'train').sum())} training images)")
         print(f"wall {wall:.1f} s (budget {BUDGET_S[preset]:.0f} s, ratio {wall / BUDGET_S[preset]:.2f}); "
               f"CPU {cpu:.1f} s; load average before/after {load_before:.2f}/{load_after:.2f}")

@@ -32,6 +32,13 @@ def test_subcommand_help(name: str) -> None:
     assert f"usage: crs {name}" in result.stdout
 
 
+@pytest.mark.parametrize("name", ["zoo", "book"])
+def test_zoo_and_book_take_every_preset(name: str) -> None:
+    # the full preset's factor zoo (initialisation, patient halves, recipe) is trained by `crs zoo` too
+    result = crs(name, "--help")
+    assert "--preset {quick,default,full}" in result.stdout
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, *needles: str) -> None:
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
