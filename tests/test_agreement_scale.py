@@ -845,6 +845,7 @@ def test_agreement_matrix_on_dask_equals_in_process(client):
         ("fpu sse2 avx avx2 fma avx512f avx512cd avx512bw avx512dq avx512vl", "SKYLAKEX"),
         ("fpu sse2 avx avx2 fma avx512f avx512cd avx512bw avx512dq", "HASWELL"),  # no avx512vl: not SkylakeX
         ("fpu sse2 avx avx2 fma", "HASWELL"),
+        ("avx2 fma", "HASWELL"),  # exactly the two flags Haswell needs, no more
         ("fpu sse2 avx avx2", None),  # AVX2 without FMA is not Haswell
         ("fpu sse2 avx fma", None),
     ],
