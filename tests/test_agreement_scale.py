@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -867,6 +868,13 @@ def test_openblas_coretype_hint_without_flags_or_file_is_none(tmp_path):
     lookalike = tmp_path / "lookalike"
     lookalike.write_text("flags\t: avx2x fmax avx512fx\n")
     assert nb._openblas_coretype_hint(lookalike) is None
+
+
+def test_openblas_coretype_hint_reads_this_machines_cpuinfo_by_default():
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.is_file():
+        pytest.skip("no /proc/cpuinfo on this system")
+    assert nb._openblas_coretype_hint() == nb._openblas_coretype_hint(cpuinfo)
 
 
 def test_openblas_coretype_hint_reads_past_non_ascii_text_and_needs_only_the_avx512_set(tmp_path):
