@@ -11,7 +11,7 @@ from sklearn.metrics import (accuracy_score, balanced_accuracy_score, f1_score, 
 from crslib.errors import InputError
 from assertions import error_message
 from crslib.metrics import brier_loss, calibration_error
-from crslib.risk_metrics import PANEL_METRICS, _samples, metric_panel
+from crslib.risk_metrics import PANEL_METRICS, _macro_f1, _samples, metric_panel
 from crslib.risk_scores import count_matrix, row_losses
 
 
@@ -357,6 +357,18 @@ def test_macro_f1_leaves_out_a_class_neither_drawn_nor_predicted_on_a_resample()
         rows = np.repeat(np.arange(5), counts[r].astype(int))
         assert macro_f1[r] == pytest.approx(f1_score(y[rows], label[rows], average="macro"), rel=1e-12)
     assert macro_f1.tolist() == pytest.approx([(2 / 3 + 0.8) / 2, (2 / 3 + 1.0 + 0.0) / 3])
+
+
+def test_macro_f1_counts_a_left_out_class_as_nothing_whatever_memory_it_gets():
+    # np.divide(..., where=) leaves the skipped cells as it found them, and numpy hands a small array
+    # the memory of one just freed: the F1 of a class left out must be written, not found
+    y = np.array([0, 1, 0, 1, 2])
+    label = np.array([0, 1, 1, 1, 0])
+    counts = np.array([[1.0, 1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0, 1.0]])
+    for _ in range(3):
+        dirty = [np.full((2, 3), 7.0) for _ in range(6)]
+        del dirty
+        assert _macro_f1(y, label, counts, 3).tolist() == pytest.approx([(2 / 3 + 0.8) / 2, (2 / 3 + 1.0 + 0.0) / 3])
 
 
 def test_a_binary_panel_of_one_class_is_computed_with_its_undefined_metrics_counted():
