@@ -31,16 +31,10 @@ import time
 import crslib  # noqa: F401  (before torch/timm)
 from _results import record, row  # noqa: E402  (bench/ is the script's folder)
 
+from crslib.config import preset_zoo_data
+
 # full has no budget of its own: configs/full.yaml says how long its whole book takes
 BUDGET_S = {"quick": 120.0, "default": 600.0, "full": 3600.0}
-
-
-def zoo_data(preset: str) -> str:
-    """What the preset's zoo trains on (its config's ``zoo_data``)."""
-    from crslib.config import load_preset
-
-    parameters = load_preset(preset)["parameters"]
-    return parameters.get("zoo_data", parameters["data"])
 
 
 def probe_auroc(manifest, encoder) -> float:
@@ -145,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(2)
     table, start = [], time.perf_counter()
     for preset in args.presets:
-        manifest = load_data(zoo_data(preset))
+        manifest = load_data(preset_zoo_data(preset))
         if args.estimate:
             total = estimate(preset, manifest)
             print(f"== {preset}: estimated {total:.1f} s of training on an idle 2-core machine "
@@ -157,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         cards = train_zoo(manifest, preset=preset, cache_root=root, progress=False, device=args.device)
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         load_after = os.getloadavg()[0]
-        print(f"\n== zoo preset {preset}: {len(cards)} models on {zoo_data(preset)} "
+        print(f"\n== zoo preset {preset}: {len(cards)} models on {preset_zoo_data(preset)} "
               f"({int((manifest['split'] == 'train').sum())} training images)")
         print(f"wall {wall:.1f} s (budget {BUDGET_S[preset]:.0f} s, ratio {wall / BUDGET_S[preset]:.2f}); "
               f"CPU {cpu:.1f} s; load average before/after {load_before:.2f}/{load_after:.2f}")

@@ -99,16 +99,14 @@ def _cmd_embed(args: argparse.Namespace) -> int:
 
 
 def _cmd_zoo(args: argparse.Namespace) -> int:
-    from crslib.config import load_preset
+    from crslib.config import preset_zoo_data
     from crslib.data import load_data
     from crslib.models import list_zoo, train_zoo
 
     if args.list:
         cards = list_zoo()
     else:
-        # the phantom the preset's zoo trains on, whatever data its chapters study
-        parameters = load_preset(args.preset)["parameters"]
-        data = args.data or parameters.get("zoo_data", parameters["data"])
+        data = args.data or preset_zoo_data(args.preset)
         cards = train_zoo(load_data(data), preset=args.preset, force=args.force, progress=None,
                           scheduler=args.scheduler, device=args.device)
     if cards.empty:

@@ -61,6 +61,25 @@ def load_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
     return config
 
 
+def preset_zoo_data(name_or_path: str | os.PathLike) -> str:
+    """The data a preset's zoo trains on: its ``zoo_data`` parameter, else its ``data``.
+
+    The zoo trains on the phantom whatever data the chapters study, so the two
+    differ as soon as a config points the chapters at other images.
+
+    Examples
+    --------
+    >>> preset_zoo_data("quick")
+    'phantom?patients=150&size=64&seed=0'
+    """
+    parameters = load_preset(name_or_path).get("parameters") or {}
+    if "zoo_data" in parameters:
+        return str(parameters["zoo_data"])
+    if "data" in parameters:
+        return str(parameters["data"])
+    raise ConfigError(f"preset {name_or_path!r} sets neither parameters.zoo_data nor parameters.data")
+
+
 def progress_enabled(progress: bool | None = None) -> bool:
     """Whether long work shows a tqdm bar.
 
