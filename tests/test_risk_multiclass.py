@@ -535,6 +535,11 @@ def test_multiclass_mlp_head_is_the_seeded_scaled_mlp_and_silences_its_convergen
         np.testing.assert_allclose(pred, class_proba(model, Z, 3), rtol=0, atol=1e-12)
         preds[seed] = pred
     assert np.abs(preds[3] - preds[4]).max() > 0.05
+    # any other warning still reaches the caller
+    from sklearn.exceptions import DataConversionWarning
+
+    with pytest.warns(DataConversionWarning):  # a column vector where a 1-D y is expected
+        head("mlp", Z, y[:, None], tr, [], "multiclass", 3)
 
 
 def test_a_stratum_too_small_to_split_is_pooled_instead_of_failing_the_partition():
