@@ -156,10 +156,16 @@ plots.reader_table(cards[["name", "objective", "architecture", "seed", "epochs",
 #
 # A model says something about its objective only if training added to what
 # its architecture gives untrained. Each zoo model's card records a linear
-# probe of the findings on the zoo data's held-out images (no model trained on
-# them), beside the same network at its initial weights, and the paired
-# difference with a patient-grouped 95% interval. A model whose interval does
-# not clear 0 is flagged, here and wherever its objective is compared.
+# probe on the zoo data's held-out images (no model trained on them), beside
+# the same network at its initial weights, and the paired difference with a
+# patient-grouped 95% interval. A model whose interval does not clear 0 is
+# flagged, here and wherever its objective is compared.
+#
+# The probe asks whether a model learned what it was asked to learn: a
+# supervised model is probed on the labels it trained on, a self-supervised
+# one on every finding. The single-label model is therefore probed on its one
+# label; a model taught one label may give up what separates the others, and
+# the mean over every finding would flag it for learning exactly its task.
 
 # %% tags=["hide-input"]
 flagged = []
@@ -169,12 +175,12 @@ if skips.check("the zoo's probe against the initial weights",
                "no zoo model could be probed: " + str(cards.attrs.get("probe_skipped", "the zoo data has no "
                                                                      "held-out images with findings or a label"))
                if probed.empty else None):
-    margins = probed[["name", "objective", "architecture", "probe_auroc", "probe_difference", "probe_low",
-                      "probe_high", "probe_learned"]].sort_values("probe_difference", ascending=False)
+    margins = probed[["name", "objective", "architecture", "probe_target", "probe_auroc", "probe_difference",
+                      "probe_low", "probe_high", "probe_learned"]].sort_values("probe_difference", ascending=False)
     margins.to_csv(results / "zoo_probe_margins.csv", index=False)
     display(plots.reader_table(margins, labels={
-        "probe_auroc": "probe AUROC", "probe_difference": "minus initial weights", "probe_low": "95% CI low",
-        "probe_high": "95% CI high", "probe_learned": "learned"}).reset_index(drop=True))
+        "probe_target": "probed on", "probe_auroc": "probe AUROC", "probe_difference": "minus initial weights",
+        "probe_low": "95% CI low", "probe_high": "95% CI high", "probe_learned": "learned"}).reset_index(drop=True))
     flagged = margins.loc[~margins["probe_learned"].astype(bool), "name"].tolist()
     by_objective = margins.groupby("objective", sort=False)["probe_learned"].agg(["sum", "size"])
     display(Markdown(
@@ -183,7 +189,11 @@ if skips.check("the zoo's probe against the initial weights",
             f"{code(objective)} {int(row['sum'])} of {int(row['size'])}" for objective, row in by_objective.iterrows())
         + ". " + (f"Flagged, and so no evidence about their objective: {names_list(flagged)}; "
                   "their rows below show what an objective that did not learn here looks like, not what it "
-                  "does when it learns." if flagged else "None is flagged.")))
+                  "does when it learns." if flagged else "None is flagged.")
+        + " Probed on " + "; on ".join(
+            f"{html.escape(str(target))}: {names_list(group['name'].tolist())} (margin {group['probe_difference'].min():+.3f}"
+            + (f" to {group['probe_difference'].max():+.3f})" if len(group) > 1 else ")")
+            for target, group in margins.groupby("probe_target", sort=True)) + "."))
 
 # %% [markdown]
 # ## The agreement matrix

@@ -391,7 +391,8 @@ def train_zoo(
         One model card per spec (see the module docstring), plus ``reused``
         (True when nothing was trained) and ``path`` (the model's folder);
         with ``probe``, also ``probe_auroc``, ``probe_difference``,
-        ``probe_low``, ``probe_high``, ``probe_learned`` and ``flag`` (NaN
+        ``probe_low``, ``probe_high``, ``probe_learned``, ``probe_target``
+        (what the model was probed on) and ``flag`` (NaN
         for ``random_init`` models, or all NaN when the manifest has nothing
         to probe: ``attrs["probe_skipped"]`` says why).
 
@@ -469,7 +470,7 @@ def _with_probe(manifest: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
 
     margins = probe_zoo(manifest, table).set_index("name")
     names = {"auroc": "probe_auroc", "difference": "probe_difference", "low": "probe_low", "high": "probe_high",
-             "learned": "probe_learned", "flag": "flag"}
+             "learned": "probe_learned", "target": "probe_target", "flag": "flag"}
     for column, target in names.items():
         table[target] = table["name"].map(margins[column]) if len(margins) else np.nan
     if "skipped" in margins.attrs:

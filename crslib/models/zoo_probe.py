@@ -5,11 +5,22 @@ A zoo model is evidence about its *objective* only if training added
 something. :func:`probe_zoo` embeds the zoo data's held-out images
 (``split != "train"``: images no model trained on) with each trained model
 and with the same network at its initial weights (the same architecture
-and seed, before the first step), fits the linear probe of the findings on
-both (:func:`crslib.probes.probe_margin`) and records on the model card the
+and seed, before the first step), fits a linear probe on both
+(:func:`crslib.probes.probe_margin`) and records on the model card the
 probe AUROC, the paired difference to the initial weights and its
 patient-grouped interval. A model whose interval does not clear 0 gets a
 ``flag`` on its card, which chapter 02 shows next to its objective.
+
+What is probed is what the model was asked to learn: a supervised model
+is probed on the labels it trained on (``labels_used`` on its card: every
+finding for ``supervised_multilabel``, the one ``label`` for
+``supervised_single``), a self-supervised model on every finding. A model
+trained on one label learns that label and may give up the features of the
+others (on the default phantom, ``supervised_single`` seed 2 gained +0.18
+AUROC on its label and +0.04, interval below 0, on the mean over the eight
+findings), so the mean over all findings would flag a model that learned
+exactly what it was taught. The ``target`` column says which labels each
+row was probed on.
 
 The result is stored in ``card.json`` under ``probe`` with a digest of the
 held-out images and labels, and recomputed only when those change.
@@ -51,9 +62,9 @@ from crslib.errors import DataError, InputError
 __all__ = ["PROBE_COLUMNS", "probe_zoo"]
 
 #: Columns of :func:`probe_zoo`'s table.
-PROBE_COLUMNS = ["name", "objective", "architecture", "seed", "auroc", "reference_auroc", "difference", "low",
-                 "high", "learned", "flag", "n_test_patients"]
-_PROBE_FORMAT = 1
+PROBE_COLUMNS = ["name", "objective", "architecture", "seed", "target", "auroc", "reference_auroc", "difference",
+                 "low", "high", "learned", "flag", "n_test_patients"]
+_PROBE_FORMAT = 2
 
 
 def _held_out(manifest: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str | None]:
@@ -68,6 +79,27 @@ def _held_out(manifest: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, str |
     if targets.shape[1] == 0:
         return rows, targets, "no probe target on the held-out images: " + "; ".join(left_out.values())
     return rows, targets, None
+
+
+def _model_targets(card: dict[str, Any], rows: pd.DataFrame, targets: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """The probe targets of one model, and a phrase saying what they are.
+
+    The labels a supervised model trained on (``labels_used``) that the
+    held-out images can be probed on; every target when it trained on none,
+    or on none of those.
+    """
+    used = [str(c) for c in card.get("labels_used") or []]
+    if used == ["label"] and "label" in rows.columns:
+        own, _ = probes.probe_targets(rows[["label", "patient_id"]])
+    else:
+        own = targets[[c for c in targets.columns if c in used]]
+    if own.shape[1] == 0:
+        every = (f"every finding ({targets.shape[1]})" if all(str(c).startswith("finding_") for c in targets.columns)
+                 else "the manifest's label (" + ", ".join(map(str, targets.columns)) + ")")
+        return targets, every + ("; its training labels cannot be probed here" if used else "")
+    if used == ["label"]:
+        return own, f"its training label ({own.columns[0]})"
+    return own, f"its training labels ({own.shape[1]} of {len(used)} findings)"
 
 
 def _embed(module, images, mean: float, std: float) -> np.ndarray:
@@ -166,8 +198,9 @@ def probe_zoo(manifest: pd.DataFrame, cards: pd.DataFrame, *, n_resamples: int =
         card = json.loads((folder / "card.json").read_text(encoding="utf-8"))
         card["path"] = str(folder)
         size, pre = int(card["image_size"]), card["preprocessing"]
+        model_targets, target = _model_targets(card, rows, targets)
         key = digest_of(["crslib-zoo-probe", _PROBE_FORMAT, size, hashes, groups.tolist(),
-                         targets.columns.tolist(), targets.fillna(-1).to_numpy().tolist(), n_resamples,
+                         model_targets.columns.tolist(), model_targets.fillna(-1).to_numpy().tolist(), n_resamples,
                          confidence, random_state])
         margin = card.get("probe")
         if force or not isinstance(margin, dict) or margin.get("key") != key:
@@ -178,15 +211,15 @@ def probe_zoo(manifest: pd.DataFrame, cards: pd.DataFrame, *, n_resamples: int =
             with torch.random.fork_rng(devices=[]):
                 X, X0 = (_embed(m, images[size], float(pre["mean"][0]), float(pre["std"][0]))
                          for m in (trained, initial))
-            result = probes.probe_margin(X, X0, targets, groups=groups, n_resamples=n_resamples,
+            result = probes.probe_margin(X, X0, model_targets, groups=groups, n_resamples=n_resamples,
                                          confidence=confidence, random_state=random_state)
-            margin = result.to_dict() | {"key": key, "reference": _reference(card),
+            margin = result.to_dict() | {"key": key, "reference": _reference(card), "target": target,
                                          "data": "held-out images (split != 'train')"}
             card["probe"], card["flag"] = margin, _flag(margin)
             atomic_write_json(folder / "card.json", {k: v for k, v in card.items() if k != "path"})
+        measured = ("target", "auroc", "reference_auroc", "difference", "low", "high", "learned")
         out.append({"name": card["name"], "objective": card["objective"], "architecture": card["architecture"],
-                    "seed": int(card["seed"]), **{c: margin[c] for c in ("auroc", "reference_auroc", "difference",
-                                                                          "low", "high", "learned")},
+                    "seed": int(card["seed"]), **{c: margin[c] for c in measured},
                     "flag": _flag(margin), "n_test_patients": margin["n_test_patients"]})
     if out:
         table = pd.DataFrame(out, columns=PROBE_COLUMNS)
