@@ -190,9 +190,11 @@ if skips.check("the zoo's probe against the initial weights",
         + ". " + (f"Flagged, and so no evidence about their objective: {names_list(flagged)}; "
                   "their rows below show what an objective that did not learn here looks like, not what it "
                   "does when it learns." if flagged else "None is flagged.")
-        + " Probed on " + "; on ".join(
-            f"{html.escape(str(target))}: {names_list(group['name'].tolist())} (margin {group['probe_difference'].min():+.3f}"
-            + (f" to {group['probe_difference'].max():+.3f})" if len(group) > 1 else ")")
+        + " What each model was probed on: " + "; ".join(
+            f"{html.escape(str(target))}, "
+            + (f"{len(group)} models, margins {group['probe_difference'].min():+.3f} to "
+               f"{group['probe_difference'].max():+.3f}" if len(group) > 1
+               else f"{names_list(group['name'])}, margin {group['probe_difference'].iloc[0]:+.3f}")
             for target, group in margins.groupby("probe_target", sort=True)) + "."))
 
 # %% [markdown]
