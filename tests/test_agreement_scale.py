@@ -667,6 +667,26 @@ def test_target_recall_budgets_and_bad_options(caplog):
         ann.knn_search(X, index="ivf", tune_seconds=0)
 
 
+def test_the_tuning_budget_is_600_seconds_by_default(monkeypatch):
+    """The default budget, read off a clock that jumps: ann's first two readings (the search's start
+    and the tuning's deadline) say 0 s, every later one 600.5 s. A 600 s budget is then spent after
+    the first trial; a 700 s budget is not, and the tuning deepens as far as it does on the real clock."""
+    from types import SimpleNamespace
+
+    def jumping_clock():
+        readings = iter([0.0, 0.0])
+        return SimpleNamespace(perf_counter=lambda: next(readings, 600.5))
+
+    X = _hard(4000)
+    monkeypatch.setattr(ann, "time", jumping_clock())
+    _, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500)
+    assert len(info["params"]["tuning"]) == 1 and info["target_met"] is False and info["seconds"] == 600.5
+    untimed = ann.knn_search(X, k=10, index="ivf", recall_sample=500)[1]["params"]["tuning"]
+    monkeypatch.setattr(ann, "time", jumping_clock())
+    _, longer = ann.knn_search(X, k=10, index="ivf", recall_sample=500, tune_seconds=700)
+    assert len(untimed) > 1 and longer["params"]["tuning"] == untimed  # every trial the real clock allows
+
+
 def test_knn_recall_on_held_out_rows():
     X = _clustered(600, d=8, n_centres=20, seed=2)
     exact = nb.knn_indices(X, k=5)
