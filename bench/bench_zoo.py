@@ -116,7 +116,8 @@ def objective_rows(preset: str, cards) -> list[dict]:
         rows.append(row(f"{preset}: probe margin over initial weights, {card['name']}",
                         f"{card['probe_difference']:+.3f}", "95% CI low > 0", bool(card["probe_learned"]),
                         f"probe AUROC {card['probe_auroc']:.3f}; 95% CI [{card['probe_low']:+.3f}, "
-                        f"{card['probe_high']:+.3f}]" + ("" if card["probe_learned"] else "; flagged")))
+                        f"{card['probe_high']:+.3f}]; probed on {card['probe_target']}"
+                        + ("" if card["probe_learned"] else "; flagged")))
     return rows
 
 
