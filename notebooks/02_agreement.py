@@ -191,7 +191,7 @@ if skips.check("the zoo's probe against the initial weights",
                   "their rows below show what an objective that did not learn here looks like, not what it "
                   "does when it learns." if flagged else "None is flagged.")
         + " What each model was probed on: " + "; ".join(
-            f"{html.escape(str(target))}, "
+            f"{code(target)}, "
             + (f"{len(group)} models, margins {group['probe_difference'].min():+.3f} to "
                f"{group['probe_difference'].max():+.3f}" if len(group) > 1
                else f"{names_list(group['name'])}, margin {group['probe_difference'].iloc[0]:+.3f}")

@@ -281,26 +281,32 @@ def test_each_model_is_probed_on_the_labels_it_trained_on():
 
     rng = np.random.default_rng(0)
     rows = pd.DataFrame({"patient_id": [f"p{i}" for i in range(60)], "label": rng.permutation([0, 1] * 30),
-                         "finding_a": rng.permutation([0, 1] * 30), "finding_b": rng.permutation([0, 1] * 30)})
-    targets = rows[["finding_a", "finding_b"]].astype(float)
+                         "finding_a": rng.permutation([0, 1] * 30), "finding_b": rng.permutation([0, 1] * 30),
+                         "finding_c": 0})
+    targets = rows[["finding_a", "finding_b"]].astype(float)  # finding_c has one class: it cannot be probed
     every, what = _model_targets({"labels_used": []}, rows, targets)
-    assert every is targets and what == "every finding (2)"
-    assert _model_targets({}, rows, targets)[1] == "every finding (2)"
-    own, what = _model_targets({"labels_used": ["finding_a", "finding_b"]}, rows, targets)
-    assert own.columns.tolist() == ["finding_a", "finding_b"] and what == "its training labels (2 of 2 findings)"
-    # a training label the held-out images cannot be probed on is left out, and the phrase counts it
+    assert every is targets and what == "the findings that can be probed (2 of 3)"
+    assert _model_targets({}, rows.drop(columns="finding_c"), targets)[1] == "every finding (2)"
+    # a multi-label model probed on the same columns as a self-supervised one gets the same phrase
+    own, what = _model_targets({"labels_used": ["finding_a", "finding_b", "finding_c"]}, rows, targets)
+    assert own is targets and what == "the findings that can be probed (2 of 3)"
     own, what = _model_targets({"labels_used": ["finding_b", "finding_c"]}, rows, targets)
     assert own.columns.tolist() == ["finding_b"] and what == "its training labels (1 of 2 findings)"
-    own, what = _model_targets({"labels_used": ["label"]}, rows, targets)
+    single = {"labels_used": ["label"], "classes": ["0", "1"]}
+    own, what = _model_targets(single, rows, targets)
     assert own.columns.tolist() == ["label=1"] and what == "its training label (label=1)"
     np.testing.assert_array_equal(own["label=1"], rows["label"].astype(float))
-    # a three-class label has no two-class probe: every finding, and the phrase says why
-    three = rows.assign(label=np.arange(60) % 3)
-    own, what = _model_targets({"labels_used": ["label"]}, three, targets)
-    assert own is targets and what == "every finding (2); its training labels cannot be probed here"
+    # a label trained on three classes has no two-class probe, even where the held-out rows hold two
+    three = {"labels_used": ["label"], "classes": ["0", "1", "2"]}
+    own, what = _model_targets(three, rows, targets)
+    assert own is targets
+    assert what == "the findings that can be probed (2 of 3); its training label cannot be probed here"
+    assert _model_targets(single, rows.assign(label=np.arange(60) % 3), targets)[0] is targets
+    assert _model_targets({"labels_used": ["finding_x", "finding_y"]}, rows, targets)[1].endswith(
+        "; its training labels cannot be probed here")
+    no_findings = rows[["patient_id", "label"]]
     label_only = pd.DataFrame({"label=1": rows["label"].astype(float)})
-    assert _model_targets({"labels_used": ["finding_x"]}, rows, label_only)[1] == (
-        "the manifest's label (label=1); its training labels cannot be probed here")
+    assert _model_targets({}, no_findings, label_only)[1] == "the manifest's label (label=1)"
 
 
 @pytest.mark.slow

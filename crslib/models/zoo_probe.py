@@ -86,20 +86,26 @@ def _model_targets(card: dict[str, Any], rows: pd.DataFrame, targets: pd.DataFra
 
     The labels a supervised model trained on (``labels_used``) that the
     held-out images can be probed on; every target when it trained on none,
-    or on none of those.
+    or on none of those. Models probed on the same columns get the same phrase.
     """
     used = [str(c) for c in card.get("labels_used") or []]
-    if used == ["label"] and "label" in rows.columns:
+    findings = [c for c in rows.columns if str(c).startswith("finding_")]
+    if used == ["label"] and "label" in rows.columns and len(card.get("classes") or []) == 2:
         own, _ = probes.probe_targets(rows[["label", "patient_id"]])
+        if own.shape[1]:
+            return own, f"its training label ({own.columns[0]})"
+    own = targets[[c for c in targets.columns if c in used]]
+    if 0 < own.shape[1] < targets.shape[1]:
+        return own, f"its training labels ({own.shape[1]} of {len(used)} findings)"
+    if own.shape[1] == 0 and used:
+        reason = f"; its training label{'s' if len(used) > 1 else ''} cannot be probed here"
     else:
-        own = targets[[c for c in targets.columns if c in used]]
-    if own.shape[1] == 0:
-        every = (f"every finding ({targets.shape[1]})" if all(str(c).startswith("finding_") for c in targets.columns)
-                 else "the manifest's label (" + ", ".join(map(str, targets.columns)) + ")")
-        return targets, every + ("; its training labels cannot be probed here" if used else "")
-    if used == ["label"]:
-        return own, f"its training label ({own.columns[0]})"
-    return own, f"its training labels ({own.shape[1]} of {len(used)} findings)"
+        reason = ""
+    if not findings:
+        return targets, "the manifest's label (" + ", ".join(map(str, targets.columns)) + ")" + reason
+    if targets.shape[1] == len(findings):
+        return targets, f"every finding ({len(findings)})" + reason
+    return targets, f"the findings that can be probed ({targets.shape[1]} of {len(findings)})" + reason
 
 
 def _embed(module, images, mean: float, std: float) -> np.ndarray:
@@ -166,9 +172,10 @@ def probe_zoo(manifest: pd.DataFrame, cards: pd.DataFrame, *, n_resamples: int =
     -------
     DataFrame
         :data:`PROBE_COLUMNS`, one row per trained model (``random_init``
-        models are their own reference and get no row). ``flag`` says why a
-        model whose interval does not clear 0 is no evidence about its
-        objective. Empty with an ``attrs["skipped"]`` reason when the
+        models are their own reference and get no row). ``target`` says
+        what each model was probed on (the module docstring says how it is
+        chosen); ``flag`` says why a model whose interval does not clear 0
+        is no evidence about its objective. Empty with an ``attrs["skipped"]`` reason when the
         manifest has nothing to probe.
     """
     import torch
