@@ -206,7 +206,7 @@ def probe_zoo(manifest: pd.DataFrame, cards: pd.DataFrame, *, n_resamples: int =
         card["path"] = str(folder)
         size, pre = int(card["image_size"]), card["preprocessing"]
         model_targets, target = _model_targets(card, rows, targets)
-        key = digest_of(["crslib-zoo-probe", _PROBE_FORMAT, size, hashes, groups.tolist(),
+        key = digest_of(["crslib-zoo-probe", _PROBE_FORMAT, size, hashes, groups.tolist(), target,
                          model_targets.columns.tolist(), model_targets.fillna(-1).to_numpy().tolist(), n_resamples,
                          confidence, random_state])
         margin = card.get("probe")
