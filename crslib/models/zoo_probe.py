@@ -23,7 +23,8 @@ exactly what it was taught. The ``target`` column says which labels each
 row was probed on.
 
 The result is stored in ``card.json`` under ``probe`` with a digest of the
-held-out images and labels, and recomputed only when those change.
+held-out images, the model's probe targets and their phrase, and recomputed
+only when those change.
 
 Examples
 --------
@@ -97,10 +98,8 @@ def _model_targets(card: dict[str, Any], rows: pd.DataFrame, targets: pd.DataFra
     own = targets[[c for c in targets.columns if c in used]]
     if 0 < own.shape[1] < targets.shape[1]:
         return own, f"its training labels ({own.shape[1]} of {len(used)} findings)"
-    if own.shape[1] == 0 and used:
-        reason = f"; its training label{'s' if len(used) > 1 else ''} cannot be probed here"
-    else:
-        reason = ""
+    unprobed = own.shape[1] == 0 and used
+    reason = f"; its training label{'s' if len(used) > 1 else ''} cannot be probed here" if unprobed else ""
     if not findings:
         return targets, "the manifest's label (" + ", ".join(map(str, targets.columns)) + ")" + reason
     if targets.shape[1] == len(findings):
@@ -175,8 +174,8 @@ def probe_zoo(manifest: pd.DataFrame, cards: pd.DataFrame, *, n_resamples: int =
         models are their own reference and get no row). ``target`` says
         what each model was probed on (the module docstring says how it is
         chosen); ``flag`` says why a model whose interval does not clear 0
-        is no evidence about its objective. Empty with an ``attrs["skipped"]`` reason when the
-        manifest has nothing to probe.
+        is no evidence about its objective. Empty with an
+        ``attrs["skipped"]`` reason when the manifest has nothing to probe.
     """
     import torch
 
