@@ -115,6 +115,31 @@ def test_group_exclusion_widens_for_large_groups():
         nb.knn_indices(X, k=25, exclude_groups=groups)
 
 
+def test_too_few_candidates_names_the_largest_group_seen_first():
+    # two groups of 3 tie as largest: the message names the one that comes first in the rows
+    # ("b"), not the first in sorted order ("a")
+    X = _rng(6).normal(size=(7, 3))
+    groups = np.array(["b", "a", "b", "c", "a", "b", "a"])
+    assert error_message(nb.knn_indices, X, k=5, exclude_groups=groups) == (
+        "excluding the query's group leaves too few candidates: group 'b' has 3 of N=7 images, "
+        "leaving 4 < k=5; lower k"
+    )
+
+
+def test_first_candidate_count_is_k_the_query_a_margin_and_the_largest_group():
+    # k + 1 (the query finds itself) + a margin of max(3, k // 4); with groups, room for the largest
+    # group's other images, at most 4 margins; never more than the N rows. Only the first search's
+    # width: too few candidates widen the search, so the neighbours would not show a wrong count.
+    assert nb._candidate_count(10, 1000, None) == 10 + 1 + 3
+    assert nb._candidate_count(40, 1000, None) == 40 + 1 + 10
+    assert nb._candidate_count(10, 12, None) == 12
+    five = np.r_[np.zeros(5, int), np.arange(1, 50)]  # largest group: 5 images
+    assert nb._candidate_count(10, 1000, five) == 10 + 1 + 3 + 4
+    hundred = np.r_[np.zeros(100, int), np.arange(1, 50)]
+    assert nb._candidate_count(10, 1000, hundred) == 10 + 1 + 3 + 4 * 3
+    assert nb._candidate_count(10, 20, hundred) == 20
+
+
 # --------------------------------------------------------------------------- kNN engine
 
 
