@@ -115,14 +115,18 @@ def test_group_exclusion_widens_for_large_groups():
         nb.knn_indices(X, k=25, exclude_groups=groups)
 
 
-def test_too_few_candidates_names_the_largest_group_seen_first():
-    # two groups of 3 tie as largest: the message names the one that comes first in the rows
-    # ("b"), not the first in sorted order ("a")
+def test_group_errors_name_the_largest_group_seen_first_and_the_unlabelled_rows():
+    # "b" and "a" tie as the largest group (3 images) behind a first row of their own: the
+    # message names "b", the one that comes first in the rows, not "a" (first in sorted order)
     X = _rng(6).normal(size=(7, 3))
-    groups = np.array(["b", "a", "b", "c", "a", "b", "a"])
+    groups = np.array(["c", "b", "a", "b", "a", "b", "a"])
     assert error_message(nb.knn_indices, X, k=5, exclude_groups=groups) == (
         "excluding the query's group leaves too few candidates: group 'b' has 3 of N=7 images, "
         "leaving 4 < k=5; lower k"
+    )
+    unlabelled = np.array(["a", None, "b", None, None, "a", None, None, None], dtype=object)
+    assert error_message(nb.knn_indices, _rng(7).normal(size=(9, 3)), k=2, exclude_groups=unlabelled) == (
+        "exclude_groups has missing labels in rows [1, 3, 4, 6, 7]; give every image a group"
     )
 
 
