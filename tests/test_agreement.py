@@ -130,6 +130,14 @@ def test_group_errors_name_the_largest_group_seen_first_and_the_unlabelled_rows(
     )
 
 
+def test_row_norms_over_several_blocks_equal_the_direct_norms():
+    # 16 MiB of float64 per block: 1,024 rows of 2,048 dimensions, so 2,100 rows take three blocks
+    # (more rows than dimensions: a loop over the columns instead of the rows would miss the last)
+    X = _rng(8).normal(size=(2100, 2048)).astype(np.float32)
+    expected = np.sqrt((X.astype(np.float64) ** 2).sum(axis=1))
+    np.testing.assert_allclose(nb._row_norms(X), expected, rtol=1e-12)
+
+
 def test_first_candidate_count_is_k_the_query_a_margin_and_the_largest_group():
     # k + 1 (the query finds itself) + a margin of max(3, k // 4); with groups, room for the largest
     # group's other images, at most 4 margins; never more than the N rows. Only the first search's
@@ -219,6 +227,14 @@ def test_bad_input_messages():
     zero[2] = 0
     with pytest.raises(InputError, match=r"all-zero row\(s\) \(first \[2\]\)"):
         nb.knn_indices(zero, k=2)
+    zeros = zero.copy()
+    zeros[4] = 0
+    assert error_message(nb.knn_indices, zeros, k=2) == (
+        "X has 2 all-zero row(s) (first [2, 4]), whose cosine similarity is undefined; check the encoder "
+        "output (constant zero embeddings) or use metric='ip'")
+    for metric in ("cosine", "euclidean"):  # the name X whether or not the rows are normalised
+        assert error_message(nb.knn_indices, bad[:2], k=1, metric=metric) == (
+            "X has NaN or infinite values in 1 row(s), first rows [1]; drop or re-extract those images")
     assert nb.knn_indices(zero, k=2, metric="ip").shape == (5, 2)  # fine without normalisation
     with pytest.raises(InputError, match="row counts differ"):
         ag.mutual_knn_overlap(X, X[:4], k=2)
