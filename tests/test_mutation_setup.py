@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import json
 import os
 import re
 import subprocess
@@ -105,3 +106,60 @@ def test_a_mutant_runs_its_own_tests_namesakes_and_cheap_tests_first() -> None:
                            env={k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"})
     names = [line.split("::")[1] for line in plain.stdout.splitlines() if "::" in line]
     assert names.index("test_partition_finds_split_shift") < names.index("test_fold_assignment_matches_scikit_learn")
+
+
+_TOY = {
+    "crslib/__init__.py": "",
+    "crslib/toy.py": 'def clip_count(n, cap=10):\n    return min(n, cap)\n\n\ndef label(n):\n    return "n=" + str(n)\n',
+    "pyproject.toml": '[tool.mutmut]\nsource_paths = ["crslib"]\nonly_mutate = ["crslib/toy.py"]\n',
+    "tests/conftest.py": "OWN_TESTS: dict[str, tuple[str, ...]] = {}\n",
+    # the label's test reads only its end, so a mutated prefix survives
+    "tests/test_toy.py": ("from crslib import toy\n\n\ndef test_clip():\n    assert toy.clip_count(12) == 10\n"
+                          "    assert toy.clip_count(3, cap=5) == 3\n\n\n"
+                          "def test_label():\n    assert toy.label(3).endswith('3')\n"),
+    "tools/mutation_equivalent.toml": ('[[equivalent]]\nfunction = "crslib.toy.x_label"\n'
+                                       "mutated = 'return \"XXn=XX\" + str(n)'\nwhy = \"listed for the test\"\n"),
+}
+
+
+def _toy_project(root: Path) -> None:
+    for name, text in _TOY.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    for name in ("mutation_inprocess.py", "mutation_report.py"):
+        (root / "tools" / name).write_text((ROOT / "tools" / name).read_text())
+
+
+def _check(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+    env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
+    done = subprocess.run([sys.executable, "tools/mutation_inprocess.py", *args], cwd=root, env=env,
+                          capture_output=True, text=True)
+    out = root / "mutants" / f"inprocess-{args[0]}.jsonl"
+    return done, [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+
+
+def test_the_in_process_checker_kills_and_keeps_mutants_as_the_tests_decide(tmp_path: Path) -> None:
+    _toy_project(tmp_path)
+    done, verdicts = _check(tmp_path, "toy", "--functions", "label")
+    assert done.returncode == 0, done.stderr
+    # only the function asked for; the mutant listed as equivalent runs last
+    assert [v["mutant"].rsplit("_", 1)[1] for v in verdicts] == ["1", "3", "4", "2"]
+    status = {v["mutant"].rsplit("__mutmut_", 1)[1]: v["status"] for v in verdicts}
+    assert status == {"1": "killed", "2": "survived", "3": "survived", "4": "killed"}  # "XXn=XX", "N=" survive
+    assert {v["by"] for v in verdicts if v["status"] == "killed"} == {"tests/test_toy.py::test_label"}
+    assert "x_label                                  killed 2  survived 2" in done.stdout
+    # a second run resumes: the label's verdicts stay, and clip_count's five mutants die by its own test
+    done, verdicts = _check(tmp_path, "toy")
+    assert done.returncode == 0, done.stderr
+    clip = [v for v in verdicts if "clip_count" in v["mutant"]]
+    assert len(verdicts) == 9 and len(clip) == 5
+    assert {(v["status"], v["by"], v["tests"]) for v in clip} == {("killed", "tests/test_toy.py::test_clip", 1)}
+
+
+def test_the_in_process_checker_refuses_tests_that_fail_without_a_mutant(tmp_path: Path) -> None:
+    _toy_project(tmp_path)
+    test = tmp_path / "tests" / "test_toy.py"
+    test.write_text(test.read_text().replace("== 10", "== 11"))
+    done, verdicts = _check(tmp_path, "toy")
+    assert done.returncode != 0 and verdicts == []
+    assert "tests fail without a mutant (fix them first): ['tests/test_toy.py::test_clip']" in done.stderr

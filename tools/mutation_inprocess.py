@@ -1,0 +1,228 @@
+"""Check mutmut's mutants of one module in a single pytest process (faster than `make mutation`).
+
+mutmut forks a fresh process per mutant, so each mutant pays pytest's start-up and collection,
+and every fixture again; a killed mutant of ``crslib.neighbors`` costs seconds. mutmut's
+trampoline picks the mutant to run on every call, from ``MUTANT_UNDER_TEST``, so one pytest
+session can run them all: this plugin runs the module's own tests (those of
+``tests/conftest.py``'s ``OWN_TESTS``) once to learn which mutated functions each reaches and
+how long it takes, then, for each mutant, the tests reaching its function, fastest first,
+until one fails (killed; a test over ten times its clean time is a timeout, also caught) or
+all pass (survived). Every fixture is torn down between mutants, as in a fresh process;
+module-level state (imports, caches) is not, so a survivor is rerun with mutmut
+(``make mutation RECHECK=1``) before it is listed as equivalent.
+
+Mutants already listed in ``tools/mutation_equivalent.toml`` run last, and ``--cap`` stops a
+mutant that has passed its tests for that many seconds with slower tests left ("unfinished":
+a survivor of every faster test, to read).
+
+Verdicts go to ``mutants/inprocess-MODULE.jsonl``, one line per mutant (a rerun resumes
+there), not into mutmut's records: ``tools/mutation_report.py`` reports mutmut's own runs.
+
+It first writes or updates ``mutants/`` with mutmut's own code (minutes for every module on 2
+cores the first time; a changed module is mutated again, and its verdict file should then be
+deleted, since its mutants are numbered anew). Run from the repository root::
+
+    .venv/bin/python tools/mutation_inprocess.py neighbors [--functions _select,_rescore] [--cap 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+_hits: set[str] = set()
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+def own_test_files(module: str, tests: Path) -> list[str]:
+    """The module's own test files, as a mutant of it runs them under ``make mutation``."""
+    tree = ast.parse((tests / "conftest.py").read_text())
+    own = next(ast.literal_eval(node.value) for node in ast.walk(tree) if isinstance(node, ast.AnnAssign)
+               and getattr(node.target, "id", None) == "OWN_TESTS")
+    prefixes = tuple(f"test_{name}" for name in own.get(module, (module,)))
+    return sorted(f"tests/{p.name}" for p in tests.glob("test_*.py") if p.name.startswith(prefixes))
+
+
+def mangled(function: str) -> str:
+    """mutmut's name for a function (``_select``) or method (``_Searcher.search``) of a module."""
+    owner, _, name = function.rpartition(".")
+    return f"x\u01c1{owner}\u01c1{name}" if owner else f"x_{name}"
+
+
+def summary(lines: list[dict]) -> str:
+    """Verdicts per mutated function, one line each, then the total."""
+    by_function: dict[str, Counter] = {}
+    for record in lines:
+        function = record["mutant"].rsplit("__mutmut_", 1)[0].split(".", 2)[-1]
+        by_function.setdefault(function, Counter())[record["status"]] += 1
+    total = Counter()
+    rows = []
+    for function, counts in by_function.items():
+        total.update(counts)
+        rows.append(f"{function:40s} " + "  ".join(f"{k} {v}" for k, v in sorted(counts.items())))
+    rows.append(f"{'all':40s} " + "  ".join(f"{k} {v}" for k, v in sorted(total.items())))
+    return "\n".join(rows)
+
+
+def generate() -> None:
+    """Write or update mutants/ as ``mutmut run`` does before it runs a test (mutmut's own code).
+
+    Tests are copied again; a module is mutated again only when its source changed."""
+    from mutmut.__main__ import create_mutants
+    from mutmut.mutation.trampoline import set_mutant_under_test
+    from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir
+
+    os.chdir(ROOT)
+    set_mutant_under_test("mutant_generation")
+    (ROOT / "mutants").mkdir(exist_ok=True)
+    copy_src_dir()
+    copy_also_copy_files()
+    print(f"generated mutants: {create_mutants(os.cpu_count() or 1)}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("module", help="a mutated module of crslib, e.g. neighbors")
+    parser.add_argument("--functions", default="", help="only these functions (comma-separated, e.g. _select)")
+    parser.add_argument("--cap", type=float, default=120.0, help="seconds of passing tests before 'unfinished'")
+    args = parser.parse_args(argv)
+    mutants = ROOT / "mutants"
+    generate()
+    if not (mutants / "crslib" / f"{args.module}.py.meta").exists():
+        print(f"crslib.{args.module} is not in [tool.mutmut] only_mutate of pyproject.toml", file=sys.stderr)
+        return 2
+    out = mutants / f"inprocess-{args.module}.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), CRS_INPROCESS_MODULE=f"crslib.{args.module}",
+               CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_FUNCTIONS=args.functions,
+               CRS_INPROCESS_CAP=str(args.cap), MUTANT_UNDER_TEST="")
+    command = [sys.executable, "-m", "pytest", "-p", "mutation_inprocess", "-m", "not slow",
+               "-p", "no:cacheprovider", "-q", "--tb=line", *own_test_files(args.module, mutants / "tests")]
+    code = subprocess.call(command, cwd=mutants, env=env)
+    if out.exists():
+        print(summary([json.loads(line) for line in out.read_text().splitlines() if line.strip()]))
+    return code
+
+
+# --------------------------------------------------------------------------- the pytest plugin
+
+
+class MutantTimeout(Exception):
+    """A test ran past its limit under a mutant (caught, as mutmut counts a timeout)."""
+
+
+def _on_alarm(signum, frame):
+    raise MutantTimeout("test over its time limit")
+
+
+def _record_hit(name: str, caller: str | None = None) -> None:
+    _hits.add(name)
+
+
+def _run(item, nextitem, limit: float) -> str:
+    from _pytest.runner import runtestprotocol
+
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        reports = runtestprotocol(item, log=False, nextitem=nextitem)
+    except MutantTimeout:
+        return "timeout"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    failed = [r for r in reports if r.failed]
+    if not failed:
+        return "passed"
+    return "timeout" if any("MutantTimeout" in str(r.longrepr) for r in failed) else "killed"
+
+
+def _ordered_mutants(module: str, functions: list[str]) -> list[str]:
+    """The module's mutants (cwd is mutants/), those listed as equivalent last."""
+    names = list(json.loads(Path(module.replace(".", "/") + ".py.meta").read_text())["exit_code_by_key"])
+    if functions:
+        wanted = {f"{module}.{mangled(f)}" for f in functions}
+        names = [n for n in names if n.rsplit("__mutmut_", 1)[0] in wanted]
+    os.chdir(ROOT)  # mutmut's diffs read the original source and mutants/ from the repository root
+    try:
+        sys.path.insert(0, str(ROOT / "tools"))
+        from mutation_report import load_equivalent, mutated_lines
+
+        entries = load_equivalent()
+        short = module.split(".")[-1]
+        listed = set()
+        for name in names:
+            mine = [e for e in entries if e["function"] == name.rsplit("__mutmut_", 1)[0]]
+            if mine and any(e["mutated"].strip() in mutated_lines(name, short) for e in mine):
+                listed.add(name)
+    finally:
+        os.chdir(ROOT / "mutants")
+    return [n for n in names if n not in listed] + [n for n in names if n in listed]
+
+
+def pytest_runtestloop(session) -> bool:
+    import mutmut.mutation.trampoline as trampoline
+
+    trampoline.record_trampoline_hit = _record_hit
+    module, out = os.environ["CRS_INPROCESS_MODULE"], Path(os.environ["CRS_INPROCESS_OUT"])
+    cap = float(os.environ["CRS_INPROCESS_CAP"])
+    functions = [f for f in os.environ["CRS_INPROCESS_FUNCTIONS"].split(",") if f]
+    items = {item.nodeid: item for item in session.items}
+    stats_file = out.with_suffix(".stats.json")
+    stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+    trampoline.set_mutant_under_test("stats")
+    for nodeid in [n for n in items if n not in stats]:  # each test alone, its fixtures built for it
+        _hits.clear()
+        start = time.perf_counter()
+        outcome = _run(items[nodeid], None, 900)
+        stats[nodeid] = {"secs": time.perf_counter() - start, "outcome": outcome,
+                         "hits": sorted(h for h in _hits if h.startswith("crslib."))}
+    trampoline.set_mutant_under_test("")
+    stats_file.write_text(json.dumps(stats, indent=1))
+    failing = [n for n in items if stats[n]["outcome"] != "passed"]
+    if failing:
+        print(f"tests fail without a mutant (fix them first): {failing}", file=sys.stderr)
+        session.testsfailed = len(failing)
+        return True
+    ordered = sorted(items, key=lambda n: stats[n]["secs"])
+    done = {json.loads(line)["mutant"] for line in out.read_text().splitlines()} if out.exists() else set()
+    for mutant in _ordered_mutants(module, functions):
+        if mutant in done:
+            continue
+        function = mutant.rsplit("__mutmut_", 1)[0]
+        tests = [n for n in ordered if function in stats[n]["hits"]]
+        record = {"mutant": mutant, "tests": len(tests), "status": "no tests", "ran": 0}
+        trampoline.set_mutant_under_test(mutant)
+        start = time.perf_counter()
+        for i, nodeid in enumerate(tests):
+            record["status"] = "survived"
+            following = items[tests[i + 1]] if i + 1 < len(tests) else None
+            outcome = _run(items[nodeid], following, max(30.0, 10 * stats[nodeid]["secs"]))
+            record["ran"] = i + 1
+            if outcome != "passed":
+                record.update(status=outcome, by=nodeid)
+                break
+            if following is not None and time.perf_counter() - start > cap:
+                record["status"] = "unfinished"
+                break
+        session._setupstate.teardown_exact(None)  # a fresh set of fixtures for the next mutant
+        trampoline.set_mutant_under_test("")
+        record["secs"] = round(time.perf_counter() - start, 2)
+        with out.open("a") as fh:
+            fh.write(json.dumps(record) + "\n")
+        print(f"{record['status']:10s} {mutant} ({record['ran']}/{record['tests']} tests, {record['secs']} s)",
+              file=sys.stderr, flush=True)
+    return True
+
+
+if __name__ == "__main__":
+    sys.exit(main())
