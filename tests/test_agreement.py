@@ -138,6 +138,19 @@ def test_row_norms_over_several_blocks_equal_the_direct_norms():
     np.testing.assert_allclose(nb._row_norms(X), expected, rtol=1e-12)
 
 
+def test_cosine_rows_are_normalised_in_float32_block_by_block_from_any_input_dtype():
+    # float64 rows of 2,048 dimensions: blocks of 1,024 rows, so 2,100 rows take three. Each row
+    # is cast to float32 first and divided by the float32 of its float64 norm, bit for bit, as the
+    # docstring of _prepare says, so a float64 input gives the same array as its float32 copy
+    X = _rng(9).normal(size=(2100, 2048)) * _rng(10).uniform(0.5, 3.0, size=(2100, 1))
+    X32 = X.astype(np.float32)
+    scale = np.sqrt((X32.astype(np.float64) ** 2).sum(axis=1)).astype(np.float32)[:, None]
+    work, norms = nb._prepare(X, "cosine")
+    assert work.dtype == np.float32 and np.array_equal(work, X32 / scale)
+    np.testing.assert_allclose(norms, 1.0, atol=1e-6)
+    assert np.array_equal(nb._prepare(X32, "cosine")[0], work)
+
+
 def test_first_candidate_count_is_k_the_query_a_margin_and_the_largest_group():
     # k + 1 (the query finds itself) + a margin of max(3, k // 4); with groups, room for the largest
     # group's other images, at most 4 margins; never more than the N rows. Only the first search's
