@@ -151,6 +151,20 @@ def test_cosine_rows_are_normalised_in_float32_block_by_block_from_any_input_dty
     assert np.array_equal(nb._prepare(X32, "cosine")[0], work)
 
 
+def test_query_batch_keeps_one_batch_of_results_within_256_mib():
+    # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
+    # query's float32 scores against all N rows; faiss at most 16,384 queries per call
+    X = _rng(11).normal(size=(100, 4)).astype(np.float32)
+    faiss_searcher, torch_searcher = nb._Searcher(X, "ip", "faiss", None), nb._Searcher(X, "ip", "torch", None)
+    budget = 256 * 2**20
+    assert faiss_searcher.query_batch(14) == 16384
+    assert faiss_searcher.query_batch(200_000) == budget // (200_000 * 12) == 111
+    assert torch_searcher.query_batch(14) == budget // (14 * 12 + 100 * 4) == 472_597
+    assert faiss_searcher.query_batch(30_000_000) == torch_searcher.query_batch(30_000_000) == 1
+    assert nb._Searcher(X, "ip", "torch", 7).query_batch(14) == 7
+    assert isinstance(torch_searcher.query_batch(14), int)
+
+
 def test_first_candidate_count_is_k_the_query_a_margin_and_the_largest_group():
     # k + 1 (the query finds itself) + a margin of max(3, k // 4); with groups, room for the largest
     # group's other images, at most 4 margins; never more than the N rows. Only the first search's
