@@ -225,8 +225,10 @@ class _Searcher:
         if self.batch_size is not None:
             return self.batch_size
         per_query = kk * 12 + (self.n * 4 if self.backend == "torch" else 0)
-        cap = _FAISS_QUERY_BATCH if self.backend == "faiss" else 1 << 30
-        return int(max(1, min(cap, _SEARCH_BUDGET // per_query)))
+        batch = _SEARCH_BUDGET // per_query
+        if self.backend == "faiss":
+            batch = min(batch, _FAISS_QUERY_BATCH)
+        return max(1, batch)
 
     def search(self, qids: np.ndarray, kk: int) -> tuple[np.ndarray, np.ndarray]:
         """Return (scores float32 (b, kk), ids int64 (b, kk)); higher score = closer."""

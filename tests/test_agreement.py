@@ -159,6 +159,9 @@ def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     budget = 256 * 2**20
     assert faiss_searcher.query_batch(14) == 16384
     assert faiss_searcher.query_batch(200_000) == budget // (200_000 * 12) == 111
+    # 1,400 candidates: the budget is not a multiple of 16,800 bytes, and the faiss index holds
+    # the N rows (the query's scores against them are not counted)
+    assert faiss_searcher.query_batch(1400) == budget // (1400 * 12) == 15_978
     assert torch_searcher.query_batch(14) == budget // (14 * 12 + 100 * 4) == 472_597
     assert faiss_searcher.query_batch(30_000_000) == torch_searcher.query_batch(30_000_000) == 1
     assert nb._Searcher(X, "ip", "torch", 7).query_batch(14) == 7
@@ -269,6 +272,9 @@ def test_bad_input_messages():
         nb.knn_indices(X[0], k=1)
     with pytest.raises(InputError, match="metric"):
         nb.knn_indices(X, k=1, metric="manhattan")
+    # the approximate search leaves the check to the preparation of the rows
+    assert error_message(ann.approximate_knn_indices, X, k=1, metric="manhattan") == (
+        "metric must be one of ('cosine', 'ip', 'euclidean'), got 'manhattan'")
     with pytest.raises(InputError, match="model 'b'"):
         ag.agreement_matrix({"a": X, "b": zero}, k=2)
     assert error_message(ag.overlap_from_indices, [[1, 1]], [[1, 2]]) == "I_a repeats a neighbour within row(s) [0]"
