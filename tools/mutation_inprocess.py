@@ -155,15 +155,10 @@ def _ordered_mutants(module: str, functions: list[str]) -> list[str]:
     os.chdir(ROOT)  # mutmut's diffs read the original source and mutants/ from the repository root
     try:
         sys.path.insert(0, str(ROOT / "tools"))
-        from mutation_report import load_equivalent, mutated_lines
+        from mutation_report import load_equivalent, match_equivalent
 
-        entries = load_equivalent()
-        short = module.split(".")[-1]
-        listed = set()
-        for name in names:
-            mine = [e for e in entries if e["function"] == name.rsplit("__mutmut_", 1)[0]]
-            if mine and any(e["mutated"].strip() in mutated_lines(name, short) for e in mine):
-                listed.add(name)
+        # the report's own matching, as if every mutant had survived
+        listed, _ = match_equivalent({module.split(".")[-1]: dict.fromkeys(names, "survived")}, load_equivalent())
     finally:
         os.chdir(ROOT / "mutants")
     return [n for n in names if n not in listed] + [n for n in names if n in listed]
