@@ -52,13 +52,19 @@ def as_embeddings(X: Any, name: str = "X", dtype: Any = np.float32) -> np.ndarra
     n, d = arr.shape
     if n < 2 or d < 1:
         raise InputError(f"{name} needs at least 2 rows and 1 column, got shape {arr.shape}")
-    arr32 = np.ascontiguousarray(arr, dtype=dtype)
+    with np.errstate(over="ignore"):  # a value past the target dtype's range is reported below, not warned
+        arr32 = np.ascontiguousarray(arr, dtype=dtype)
     finite = np.empty(n, dtype=bool)
     step = max(1, (8 * 2**20) // max(1, d))
     for s in range(0, n, step):
         finite[s : s + step] = np.isfinite(arr32[s : s + step]).all(axis=1)
     if not finite.all():
         bad = np.flatnonzero(~finite)
+        if arr32.dtype != arr.dtype and np.isfinite(arr[bad]).all():
+            raise InputError(
+                f"{name} has values beyond {arr32.dtype}'s range ({np.finfo(arr32.dtype).max:g}) in {bad.size} "
+                f"row(s), first rows {bad[:5].tolist()}; rescale the embeddings"
+            )
         raise InputError(
             f"{name} has NaN or infinite values in {bad.size} row(s), first rows {bad[:5].tolist()}; "
             "drop or re-extract those images"

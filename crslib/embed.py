@@ -834,12 +834,14 @@ def save_embeddings(path: str | os.PathLike, X: Any, *, dtype: str = "float32") 
     arr = as_embeddings(X, "X", dtype=None)
     out = np.empty(arr.shape, dtype=dtype)
     step = max(1, (16 * 2**20) // max(1, arr.shape[1] * 8))
+    limit = np.finfo(dtype).max
     for s in range(0, len(arr), step):
         block = arr[s : s + step].astype(np.float64)
-        beyond = np.flatnonzero(np.abs(block).max(axis=1) > np.finfo(np.float16).max) if dtype == "float16" else []
+        # a value past the stored dtype's range would be saved as inf
+        beyond = np.flatnonzero(np.abs(block).max(axis=1) > limit) if arr.dtype != out.dtype else []
         if len(beyond):
-            raise InputError(f"X has values beyond float16's range ({np.finfo(np.float16).max:g}), first in row "
-                             f"{s + beyond[0]}; store it as float32")
+            advice = "store it as float32" if dtype == "float16" else "rescale the embeddings"
+            raise InputError(f"X has values beyond {dtype}'s range ({limit:g}), first in row {s + beyond[0]}; {advice}")
         out[s : s + step] = block
     return atomic_save_npy(path, out)
 

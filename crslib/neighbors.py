@@ -118,7 +118,9 @@ def _prepare(X: Any, metric: str, name: str = "X") -> tuple[np.ndarray, np.ndarr
     arr = as_embeddings(X, name, dtype=None)
     n, d = arr.shape
     step = max(1, (16 * 2**20) // max(1, d * 8))
-    norms = np.concatenate([_row_norms(arr[s : s + step].astype(np.float32)) for s in range(0, n, step)])
+    with np.errstate(over="ignore"):  # values past float32's range are reported below, not warned
+        norms = np.concatenate([_row_norms(arr[s : s + step].astype(np.float32)) for s in range(0, n, step)])
+        scale = norms.astype(np.float32)[:, None]
     zero = norms == 0
     if zero.any():
         bad = np.flatnonzero(zero)
@@ -126,8 +128,15 @@ def _prepare(X: Any, metric: str, name: str = "X") -> tuple[np.ndarray, np.ndarr
             f"{name} has {bad.size} all-zero row(s) (first {bad[:5].tolist()}), whose cosine "
             "similarity is undefined; check the encoder output (constant zero embeddings) or use metric='ip'"
         )
+    # the input was checked in its own dtype: a float64 value, or a row's norm, past float32's
+    # largest number becomes inf here and would turn the row into NaN or zeros
+    beyond = np.flatnonzero(np.isinf(scale[:, 0]))
+    if beyond.size:
+        raise InputError(
+            f"{name} has values beyond float32's range ({np.finfo(np.float32).max:g}) in {beyond.size} row(s) "
+            f"(first {beyond[:5].tolist()}), counting each row's norm; rescale the embeddings"
+        )
     work = np.empty((n, d), dtype=np.float32)  # a new array: the input is never modified
-    scale = norms.astype(np.float32)[:, None]
     for s in range(0, n, step):
         work[s : s + step] = arr[s : s + step].astype(np.float32) / scale[s : s + step]
     return work, _row_norms(work)

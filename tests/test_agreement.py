@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 import tracemalloc
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -151,6 +154,57 @@ def test_cosine_rows_are_normalised_in_float32_block_by_block_from_any_input_dty
     assert np.array_equal(nb._prepare(X32, "cosine")[0], work)
 
 
+def test_values_beyond_float32_are_refused_by_name_without_a_warning():
+    # float64 rows are searched in float32: row 2 holds a value float32 cannot hold, and row 5's
+    # values fit but its norm (4.2e38) does not, which only matters once the rows are normalised
+    X = _rng(13).normal(size=(8, 3))
+    X[2, 1] = 1e300
+    X[5] = [3e38, 3e38, 0.0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the overflowing casts are reported, not warned about
+        assert error_message(nb._prepare, X, "cosine", "Y") == (
+            "Y has values beyond float32's range (3.40282e+38) in 2 row(s) (first [2, 5]), counting each "
+            "row's norm; rescale the embeddings")
+        for metric in ("ip", "euclidean"):
+            assert error_message(nb._prepare, X, metric, "Y") == (
+                "Y has values beyond float32's range (3.40282e+38) in 1 row(s), first rows [2]; rescale the "
+                "embeddings")
+        assert error_message(nb.knn_indices, X, k=2).startswith("X has values beyond float32's range")
+        assert error_message(nb._prepare, np.full((7, 2), 1e39), "cosine") == (
+            "X has values beyond float32's range (3.40282e+38) in 7 row(s) (first [0, 1, 2, 3, 4]), counting "
+            "each row's norm; rescale the embeddings")
+    X[2, 1] = np.nan  # a NaN is not a range problem, whatever the other rows hold
+    for metric in ("cosine", "euclidean"):
+        assert error_message(nb._prepare, X, metric, "Y") == (
+            "Y has NaN or infinite values in 1 row(s), first rows [2]; drop or re-extract those images")
+    X[2, 1] = 0.5
+    work, norms = nb._prepare(X[[0, 1, 2, 3]], "euclidean")  # without the large rows, float64 input is fine
+    assert work.dtype == np.float32 and np.array_equal(work, X[:4].astype(np.float32))
+
+
+def test_faiss_is_imported_once_with_a_core_type_hint_only_for_that_import(monkeypatch, tmp_path):
+    # a stand-in faiss records the OpenBLAS core type it was imported under
+    (tmp_path / "faiss.py").write_text("import os\nCORETYPE = os.environ.get('OPENBLAS_CORETYPE')\n")
+    nb._import_faiss()  # the real faiss, which the test's end puts back in sys.modules
+    monkeypatch.delitem(sys.modules, "faiss")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("OPENBLAS_CORETYPE", raising=False)
+    monkeypatch.setattr(nb, "_openblas_coretype_hint", lambda: "HASWELL")
+    stand_in = nb._import_faiss()
+    assert stand_in.__file__ == str(tmp_path / "faiss.py") and stand_in.CORETYPE == "HASWELL"
+    assert "OPENBLAS_CORETYPE" not in os.environ  # the hint is gone after the import
+
+    def no_hint():
+        raise AssertionError("an imported faiss needs no core-type hint")
+
+    monkeypatch.setattr(nb, "_openblas_coretype_hint", no_hint)
+    assert nb._import_faiss() is stand_in  # already imported: returned as it is
+    # a core type the user chose is the one faiss loads with, and it stays set
+    monkeypatch.delitem(sys.modules, "faiss")
+    monkeypatch.setenv("OPENBLAS_CORETYPE", "ZEN")
+    assert nb._import_faiss().CORETYPE == "ZEN" and os.environ["OPENBLAS_CORETYPE"] == "ZEN"
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
@@ -262,6 +316,11 @@ def test_bad_input_messages():
     assert error_message(nb.knn_indices, zeros, k=2) == (
         "X has 2 all-zero row(s) (first [2, 4]), whose cosine similarity is undefined; check the encoder "
         "output (constant zero embeddings) or use metric='ip'")
+    many_zeros = _rng(12).normal(size=(9, 3))
+    many_zeros[[0, 1, 3, 4, 6, 7, 8]] = 0  # seven rows: the message lists the first five
+    assert error_message(nb.knn_indices, many_zeros, k=1) == (
+        "X has 7 all-zero row(s) (first [0, 1, 3, 4, 6]), whose cosine similarity is undefined; check the "
+        "encoder output (constant zero embeddings) or use metric='ip'")
     for metric in ("cosine", "euclidean"):  # the name X whether or not the rows are normalised
         assert error_message(nb.knn_indices, bad[:2], k=1, metric=metric) == (
             "X has NaN or infinite values in 1 row(s), first rows [1]; drop or re-extract those images")

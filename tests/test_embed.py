@@ -19,6 +19,7 @@ import crslib.embed as embed_mod  # noqa: E402
 from crslib.embed import extract_embeddings  # noqa: E402
 from crslib.models import Preprocessing, TorchEncoder, load_encoder  # noqa: E402
 from crslib.errors import ImageReadError, InputError, ModelError  # noqa: E402
+from assertions import error_message  # noqa: E402
 
 N_IMAGES = 20
 SHARD = 8  # -> shards of 8, 8, 4
@@ -339,6 +340,11 @@ def test_save_and_load_embeddings_round_trip_and_refuse_bad_input(tmp_path):
     big[30, 2] = 70_000.0
     with pytest.raises(InputError, match=r"beyond float16's range \(65504\), first in row 30; store it as float32"):
         save_embeddings(tmp_path / "x.npy", big, dtype="float16")
+    assert not (tmp_path / "x.npy").exists()
+    huge = X.astype(np.float64)
+    huge[41, 0] = 1e300  # finite in float64, inf once stored as float32
+    assert error_message(save_embeddings, tmp_path / "x.npy", huge) == (
+        "X has values beyond float32's range (3.40282e+38), first in row 41; rescale the embeddings")
     assert not (tmp_path / "x.npy").exists()
     bad = X.copy()
     bad[4, 0] = np.nan
