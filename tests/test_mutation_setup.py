@@ -140,6 +140,9 @@ def _check(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[di
 
 def test_the_in_process_checker_kills_and_keeps_mutants_as_the_tests_decide(tmp_path: Path) -> None:
     _toy_project(tmp_path)
+    done, verdicts = _check(tmp_path, "toy", "--functions", "label", "--skip-listed")
+    assert done.returncode == 0, done.stderr
+    assert [v["mutant"].rsplit("_", 1)[1] for v in verdicts] == ["1", "3", "4"]  # the listed one left out
     done, verdicts = _check(tmp_path, "toy", "--functions", "label")
     assert done.returncode == 0, done.stderr
     # only the function asked for; the mutant listed as equivalent runs last

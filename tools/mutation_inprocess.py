@@ -11,7 +11,8 @@ all pass (survived). Every fixture is torn down between mutants, as in a fresh p
 module-level state (imports, caches) is not, so a survivor is rerun with mutmut
 (``make mutation RECHECK=1``) before it is listed as equivalent.
 
-Mutants already listed in ``tools/mutation_equivalent.toml`` run last, and ``--cap`` stops a
+Mutants already listed in ``tools/mutation_equivalent.toml`` run last (``--skip-listed`` leaves
+them out: each costs all its tests, and the report counts them from mutmut's own run), and ``--cap`` stops a
 mutant that has passed its tests for that many seconds with slower tests left ("unfinished":
 a survivor of every faster test, to read).
 
@@ -22,7 +23,7 @@ It first writes or updates ``mutants/`` with mutmut's own code (minutes for ever
 cores the first time; a changed module is mutated again, and its verdict file should then be
 deleted, since its mutants are numbered anew). Run from the repository root::
 
-    .venv/bin/python tools/mutation_inprocess.py neighbors [--functions _select,_rescore] [--cap 40]
+    .venv/bin/python tools/mutation_inprocess.py neighbors [--functions _select,_rescore] [--cap 40] [--skip-listed]
 """
 
 from __future__ import annotations
@@ -96,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("module", help="a mutated module of crslib, e.g. neighbors")
     parser.add_argument("--functions", default="", help="only these functions (comma-separated, e.g. _select)")
     parser.add_argument("--cap", type=float, default=120.0, help="seconds of passing tests before 'unfinished'")
+    parser.add_argument("--skip-listed", action="store_true", help="leave out mutants listed as equivalent")
     args = parser.parse_args(argv)
     mutants = ROOT / "mutants"
     generate()
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     out = mutants / f"inprocess-{args.module}.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), CRS_INPROCESS_MODULE=f"crslib.{args.module}",
                CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_FUNCTIONS=args.functions,
-               CRS_INPROCESS_CAP=str(args.cap), MUTANT_UNDER_TEST="")
+               CRS_INPROCESS_CAP=str(args.cap), CRS_INPROCESS_SKIP_LISTED="1" if args.skip_listed else "",
+               MUTANT_UNDER_TEST="")
     command = [sys.executable, "-m", "pytest", "-p", "mutation_inprocess", "-m", "not slow",
                "-p", "no:cacheprovider", "-q", "--tb=line", *own_test_files(args.module, mutants / "tests")]
     code = subprocess.call(command, cwd=mutants, env=env)
@@ -146,8 +149,8 @@ def _run(item, nextitem, limit: float) -> str:
     return "timeout" if any("MutantTimeout" in str(r.longrepr) for r in failed) else "killed"
 
 
-def _ordered_mutants(module: str, functions: list[str]) -> list[str]:
-    """The module's mutants (cwd is mutants/), those listed as equivalent last."""
+def _ordered_mutants(module: str, functions: list[str], skip_listed: bool = False) -> list[str]:
+    """The module's mutants (cwd is mutants/), those listed as equivalent last or not at all."""
     names = list(json.loads(Path(module.replace(".", "/") + ".py.meta").read_text())["exit_code_by_key"])
     if functions:
         wanted = {f"{module}.{mangled(f)}" for f in functions}
@@ -161,7 +164,7 @@ def _ordered_mutants(module: str, functions: list[str]) -> list[str]:
         listed, _ = match_equivalent({module.split(".")[-1]: dict.fromkeys(names, "survived")}, load_equivalent())
     finally:
         os.chdir(ROOT / "mutants")
-    return [n for n in names if n not in listed] + [n for n in names if n in listed]
+    return [n for n in names if n not in listed] + ([] if skip_listed else [n for n in names if n in listed])
 
 
 def pytest_runtestloop(session) -> bool:
@@ -190,7 +193,7 @@ def pytest_runtestloop(session) -> bool:
         return True
     ordered = sorted(items, key=lambda n: stats[n]["secs"])
     done = {json.loads(line)["mutant"] for line in out.read_text().splitlines()} if out.exists() else set()
-    for mutant in _ordered_mutants(module, functions):
+    for mutant in _ordered_mutants(module, functions, bool(os.environ["CRS_INPROCESS_SKIP_LISTED"])):
         if mutant in done:
             continue
         function = mutant.rsplit("__mutmut_", 1)[0]
