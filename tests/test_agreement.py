@@ -205,6 +205,32 @@ def test_faiss_is_imported_once_with_a_core_type_hint_only_for_that_import(monke
     assert nb._import_faiss().CORETYPE == "ZEN" and os.environ["OPENBLAS_CORETYPE"] == "ZEN"
 
 
+def test_a_search_off_the_cpu_is_torchs_and_faiss_is_refused_there():
+    X = np.eye(4, dtype=np.float32)
+    for backend in ("auto", "torch"):
+        searcher = nb._Searcher(X, "ip", backend, None, "meta")  # torch's meta device needs no GPU
+        assert searcher.backend == "torch" and searcher.device == "meta" and searcher.Xt.device.type == "meta"
+    assert error_message(nb._Searcher, X, "ip", "faiss", None, "meta") == (
+        "backend='faiss' searches on the CPU; with device='meta' use backend='torch' or 'auto'")
+    assert error_message(nb._Searcher, X, "ip", "annoy", None) == (
+        "backend must be one of ('auto', 'faiss', 'torch'), got 'annoy'")
+
+
+def test_auto_searches_with_faiss_when_it_is_installed_and_torch_otherwise(monkeypatch):
+    X = _rng(14).normal(size=(6, 3)).astype(np.float32)
+    searcher = nb._Searcher(X, "euclidean", "auto", None)
+    assert searcher.backend == "faiss" and searcher.device == "cpu" and searcher.n == 6
+    assert searcher.index.ntotal == 6 and searcher.index.metric_type == nb._import_faiss().METRIC_L2
+    assert nb._Searcher(X, "cosine", "faiss", 3).index.metric_type == nb._import_faiss().METRIC_INNER_PRODUCT
+    monkeypatch.setattr(nb, "_faiss_available", lambda: False)
+    searcher = nb._Searcher(X, "euclidean", "auto", None)
+    assert searcher.backend == "torch" and not hasattr(searcher, "index")
+    np.testing.assert_allclose(searcher.sq.numpy(), (X.astype(np.float64) ** 2).sum(axis=1), rtol=1e-6)
+    assert not hasattr(nb._Searcher(X, "ip", "torch", None), "sq")  # squared norms only for euclidean
+    assert error_message(nb._Searcher, X, "ip", "faiss", None) == (
+        "backend='faiss' needs the faiss-cpu package; install it or use backend='torch'")
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
