@@ -231,6 +231,51 @@ def test_auto_searches_with_faiss_when_it_is_installed_and_torch_otherwise(monke
         "backend='faiss' needs the faiss-cpu package; install it or use backend='torch'")
 
 
+@pytest.mark.parametrize("backend", ["faiss", "torch"])
+def test_a_contiguous_run_of_queries_is_searched_as_a_view_of_the_rows(backend):
+    import torch
+
+    X = _rng(15).normal(size=(12, 4)).astype(np.float32)
+    searcher = nb._Searcher(X, "ip", backend, None)
+    seen = []  # each block of query rows the back-end gets, and the matmul precision it runs under
+    if backend == "faiss":
+        index = searcher.index
+
+        class Spy:
+            def search(self, Q, kk):
+                seen.append(Q)
+                return index.search(Q, kk)
+
+        searcher.index = Spy()
+    else:
+        search = searcher._torch_search
+
+        def spy(Q, kk):
+            seen.append(Q)
+            seen.append(torch.get_float32_matmul_precision())
+            return search(Q, kk)
+
+        searcher._torch_search = spy
+    cases = [([3, 4, 5, 6], True), ([7], True), ([0, 1, 2], True), ([3, 5, 6, 7], False),
+             ([3, 3, 5, 6], False), ([4, 3], False), ([], False)]  # [3, 3, 5, 6] spans 4 rows but repeats one
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")  # the search still runs at full float32 precision
+        for qids, view in cases:
+            scores, ids = searcher.search(np.array(qids, dtype=np.int64), 3)
+            Q = seen[0]
+            np.testing.assert_array_equal(Q, X[qids])
+            assert np.shares_memory(Q, X) == view, qids
+            if backend == "torch":
+                assert seen[1] == "highest" and torch.get_float32_matmul_precision() == "medium"
+            expected = np.argsort(-(X[qids].astype(np.float64) @ X.T.astype(np.float64)), axis=1, kind="stable")[:, :3]
+            assert ids.dtype == np.int64 and np.array_equal(ids, expected)
+            np.testing.assert_allclose(scores, np.take_along_axis(X[qids] @ X.T, expected, axis=1), rtol=1e-5)
+            seen.clear()
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
