@@ -276,6 +276,22 @@ def test_a_contiguous_run_of_queries_is_searched_as_a_view_of_the_rows(backend):
         torch.set_float32_matmul_precision(before)
 
 
+def test_rescore_gives_float64_scores_of_every_candidate_over_several_blocks(monkeypatch):
+    rng = _rng(16)
+    X = rng.normal(size=(40, 5)).astype(np.float32)
+    qids = np.arange(0, 40, 4)  # ten queries
+    ids = rng.integers(0, 40, size=(10, 6))
+    monkeypatch.setattr(nb, "_RESCORE_BUDGET", 6 * 5 * 8 * 3)  # three queries' candidates per block: four blocks
+    X64 = X.astype(np.float64)
+    inner = (X64[ids] * X64[qids][:, None, :]).sum(axis=2)
+    squared = ((X64[ids] - X64[qids][:, None, :]) ** 2).sum(axis=2)
+    for metric, expected in (("ip", inner), ("cosine", inner), ("euclidean", -squared)):
+        scores = nb._rescore(X, qids, ids, metric)
+        assert scores.dtype == np.float64 and scores.shape == (10, 6)
+        np.testing.assert_allclose(scores, expected, rtol=1e-12, atol=1e-12)  # float32 products would miss this
+    assert not np.allclose(inner, (X[ids] * X[qids][:, None, :]).sum(axis=2), rtol=1e-12, atol=1e-12)
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
