@@ -302,7 +302,6 @@ def _select(
 
     Returns (done mask (b,), ids (b, k), scores float32 (b, k)).
     """
-    b, kk = ids.shape
     valid = (ids >= 0) & (ids != qids[:, None])
     if gcodes is not None:
         valid &= gcodes[np.maximum(ids, 0)] != gcodes[qids][:, None]
@@ -317,23 +316,19 @@ def _select(
 
     out_ids = ids_s[:, :k].copy()
     out_sc = raw_s[:, :k].astype(np.float32)
-    done = np.zeros(b, dtype=bool)
 
     enough = n_valid >= k
-    # Fast path: every consecutive gap among the first k(+1) valid candidates
+    # Fast path: every consecutive gap among the first k + 1 valid candidates
     # exceeds twice the score error, and the k-th is clearly above anything
-    # not returned. Then the raw order is the exact order.
-    m = min(k + 1, kk)
-    head = raw_s[:, :m]
+    # not returned. Then the raw order is the exact order. There are k + 1
+    # candidates (kk > k always); a gap to a missing (k + 1)-th is infinite,
+    # and the NaN gaps between two missing ones occur only in rows without k.
     with np.errstate(invalid="ignore"):
-        gaps = head[:, :-1] - head[:, 1:]
-        gap_ok = np.where(np.isnan(gaps), True, gaps > 2 * tol[:, None]).all(axis=1) if m > 1 else np.ones(b, bool)
-        kth = raw_s[:, k - 1]
-        bound_ok = full | (kth - last_raw > 2 * tol)
-    fast = enough & gap_ok & bound_ok
-    done |= fast
+        gap_ok = (raw_s[:, :k] - raw_s[:, 1 : k + 1] > 2 * tol[:, None]).all(axis=1)
+        bound_ok = full | (raw_s[:, k - 1] - last_raw > 2 * tol)
+    done = enough & gap_ok & bound_ok
 
-    slow = np.flatnonzero(enough & ~fast)
+    slow = np.flatnonzero(enough & ~done)
     if slow.size:
         s64 = _rescore(X, qids[slow], ids[slow], metric)
         s64 = np.where(valid[slow], s64, -np.inf)

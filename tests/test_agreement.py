@@ -292,6 +292,88 @@ def test_rescore_gives_float64_scores_of_every_candidate_over_several_blocks(mon
     assert not np.allclose(inner, (X[ids] * X[qids][:, None, :]).sum(axis=2), rtol=1e-12, atol=1e-12)
 
 
+def _select_watched(monkeypatch, X, qids, ids, raw, tol, **kwargs):
+    """_select's (done, ids, scores) and the candidate rows it rescored in float64, warnings as errors."""
+    rescored = []
+    rescore = nb._rescore
+
+    def spy(X, qids, ids, metric):
+        rescored.extend(ids.tolist())
+        return rescore(X, qids, ids, metric)
+
+    monkeypatch.setattr(nb, "_rescore", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        done, out_ids, out_sc = nb._select(X, np.asarray(qids), np.asarray(raw, dtype=np.float32), np.asarray(ids),
+                                           tol=np.asarray(tol, dtype=np.float64), **kwargs)
+    assert out_sc.dtype == np.float32
+    return done.tolist(), out_ids.tolist(), out_sc.tolist(), rescored
+
+
+def test_select_keeps_the_raw_order_only_when_gaps_and_bound_exceed_twice_the_error(monkeypatch):
+    # one feature; the queries (rows 6, 8 and 9) hold 1, so a candidate's score is its own value
+    X = np.array([0.5, 8, 7, 6, 5, 6.9, 1, 7, 1, 1, 5.98, 7.95, 8.5], dtype=np.float32)[:, None]
+    ids = [[1, 2, 3, 4], [1, 2, 3, 4], [1, 7, 5, 8], [2, 7, 1, -1], [1, 2, 8, 0], [1, 2, 3, 10], [1, 7, 5, 9],
+           [1, 11, 5, 9]]
+    raw = [[8, 7, 6, 5], [8, 7, 6, 5], [8, 7, 6.9, 1], [7, 7, 8, 0], [8, 7, 6.95, 0.5], [8, 7, 6, 5.98],
+           [8, 7, 6.9, 1], [8, 7.95, 6.9, 1]]
+    done, out_ids, out_sc, rescored = _select_watched(
+        monkeypatch, X, [9, 6, 8, 9, 8, 9, 9, 9], ids, raw, [0.4, 0.5, 0.04, 0.1, 0.04, 0.1, 0.1, 0.1],
+        k=2, full=False, gcodes=None, metric="ip")
+    # kept as searched: gaps of 1 above 2 x 0.4 (row 0); gaps 1 and 0.1 above 2 x 0.04, the query's
+    # own score the last (2); the k-th far above the lowest candidate (0.5, id 0) though the query's
+    # own (invalid) score is close (4); a gap beyond the (k + 1)-th does not count (5). Rescored: a
+    # gap of exactly 2 x 0.5 (1); a tie at the k-th place, ids 2 and 7 both 7, with the last candidate
+    # also 7, ordered by id and left for a wider search (3); a gap of 0.1 after the k-th (6) or of
+    # 0.05 before it (7) under 2 x 0.1
+    assert rescored == [ids[1], ids[3], ids[6], ids[7]]
+    assert done == [True, True, True, False, True, True, True, True]
+    assert out_ids == [[1, 2], [1, 2], [1, 7], [1, 2], [1, 2], [1, 2], [1, 7], [1, 11]]
+    assert out_sc == [[8, 7]] * 7 + [[8, np.float32(7.95)]]
+
+
+def test_select_leaves_out_the_querys_group_and_is_certain_of_a_full_list(monkeypatch):
+    X = np.array([0.5, 8, 7, 6, 5, 6.9, 1, 7, 1, 1, 5.98, 7.95, 8.5], dtype=np.float32)[:, None]
+    groups = np.array([0, 1, 2, 1, 3, 3, 4, 4, 5, 1, 6, 6, 7])  # query 9 shares group 1 with rows 1 and 3
+    ids = [[7, 0, -1], [1, 0, 2], [12, 2, 3], [12, 2, 3]]
+    raw = [[7, 0.5, 0], [8, 0.5, 7], [8.5, 7, 6], [8.5, 7, 6]]
+    for full, expected_done, expected_rescored in ((False, [False, False, True, True], [ids[1], ids[2]]),
+                                                   (True, [False, True, True, True], [])):
+        done, out_ids, out_sc, rescored = _select_watched(
+            monkeypatch, X, [6, 9, 9, 9], ids, raw, [0.1, 0.1, 0.5, 0.4], k=2, full=full, gcodes=groups,
+            metric="ip")
+        # query 6 keeps one candidate of another group (id 0; id 7 is its own group's, -1 is none):
+        # fewer than k. Query 9 leaves out ids 1 and 3 of its group; its k-th (id 0, 0.5) is the lowest
+        # candidate, certain only when every row is a candidate (full). Rows 2 and 3: the k-th (7) is
+        # exactly 2 x 0.5 above the lowest candidate (6, its own group's): rescored, and certain then;
+        # 1 above it is more than 2 x 0.4: kept as searched
+        assert done == expected_done and rescored == expected_rescored
+        assert out_ids[1:] == [[2, 0], [12, 2], [12, 2]] and out_sc[1:] == [[7, 0.5], [8.5, 7], [8.5, 7]]
+
+
+def test_select_is_certain_of_a_rescored_kth_only_beyond_one_float32_spacing(monkeypatch):
+    # rescored scores 8, 7, 6: the 7 is certain when the lowest candidate (6) plus the error bound plus
+    # one float32 spacing of 7 (2**-21) stays below it
+    X = np.array([0.5, 8, 7, 6, 5, 6.9, 1, 7, 1, 1], dtype=np.float32)[:, None]
+    tol = [1 - 2**-22, 1 - 2**-21, 1 - 2**-20]  # 6 + tol + 2**-21 = 7 + 2**-22, 7, 7 - 2**-21
+    done, out_ids, _, rescored = _select_watched(monkeypatch, X, [9, 9, 9], [[1, 2, 3]] * 3, [[8, 7, 6]] * 3,
+                                                 tol, k=2, full=False, gcodes=None, metric="ip")
+    assert done == [False, False, True] and out_ids == [[1, 2]] * 3 and len(rescored) == 3
+
+
+def test_select_rescores_by_the_metric_and_breaks_float32_ties_by_id(monkeypatch):
+    # euclidean: scores are minus squared distances from the query (row 0) at the origin
+    X = np.array([[0, 0], [1, 0], [0, 2], [3, 0]], dtype=np.float32)
+    done, out_ids, out_sc, rescored = _select_watched(monkeypatch, X, [0], [[1, 2, 3]], [[-1, -4, -9]], [2.0],
+                                                      k=2, full=False, gcodes=None, metric="euclidean")
+    assert rescored == [[1, 2, 3]] and done == [True] and out_ids == [[1, 2]] and out_sc == [[-1, -4]]
+    # inner products 3 + 2**-30 (row 2) and 3 (row 1) are one float32 number: the lower id comes first
+    X = np.array([[1, 1], [3, 0], [3, 2**-30], [1, 0]], dtype=np.float32)
+    done, out_ids, out_sc, rescored = _select_watched(monkeypatch, X, [0], [[2, 1, 3]], [[3, 3, 1]], [0.1],
+                                                      k=2, full=False, gcodes=None, metric="ip")
+    assert rescored == [[2, 1, 3]] and done == [True] and out_ids == [[1, 2]] and out_sc == [[3, 3]]
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
