@@ -374,6 +374,17 @@ def test_select_rescores_by_the_metric_and_breaks_float32_ties_by_id(monkeypatch
     assert rescored == [[2, 1, 3]] and done == [True] and out_ids == [[1, 2]] and out_sc == [[3, 3]]
 
 
+def test_knn_indices_takes_ten_neighbours_by_default_and_any_positive_integer_batch():
+    X = _rng(17).normal(size=(30, 4))
+    reference = _brute_knn(X, 10)
+    np.testing.assert_array_equal(nb.knn_indices(X), reference)
+    for batch_size in (1, 7, np.int64(30)):  # one query per search call, several calls, all at once
+        np.testing.assert_array_equal(nb.knn_indices(X, batch_size=batch_size), reference)
+    for bad in (0, -3, True, 2.0, "4"):
+        assert error_message(nb.knn_indices, X, batch_size=bad) == (
+            f"batch_size must be a positive integer or None, got {bad!r}")
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
