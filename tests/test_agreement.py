@@ -385,6 +385,58 @@ def test_knn_indices_takes_ten_neighbours_by_default_and_any_positive_integer_ba
             f"batch_size must be a positive integer or None, got {bad!r}")
 
 
+def test_each_querys_error_bound_is_the_float32_dot_product_bound(monkeypatch):
+    rng = _rng(18)
+    X = rng.normal(size=(50, 6)) * rng.uniform(0.5, 4.0, size=(50, 1))
+    X[7] = 0  # a zero row (allowed for ip and euclidean) has the floor of 1e-30
+    seen = []
+    select = nb._select
+
+    def spy(Xw, qids, raw, ids, *, tol, **kwargs):
+        seen.append((qids.copy(), tol.copy()))
+        return select(Xw, qids, raw, ids, tol=tol, **kwargs)
+
+    monkeypatch.setattr(nb, "_select", spy)
+    u, d = 2.0**-24, 6  # float32's unit roundoff; the dimension
+    for metric in ("ip", "euclidean", "cosine"):
+        rows = X if metric != "cosine" else np.delete(X, 7, axis=0)
+        _, norms = nb._prepare(rows, metric)
+        if metric == "euclidean":  # |q - x|^2 = |q|^2 + |x|^2 - 2 q.x: a few more roundings
+            expected = (d + 8) * u * (norms + norms.max()) ** 2 * 1.01 + 1e-30
+        else:
+            expected = (d + 2) * u * norms * norms.max() * 1.01 + 1e-30
+        seen.clear()
+        nb.knn_indices(rows, k=3, metric=metric)
+        qids = np.concatenate([q for q, _ in seen])
+        tol = np.concatenate([t for _, t in seen])
+        assert set(qids.tolist()) == set(range(len(rows)))  # the zero row's ties take a second, wider search
+        np.testing.assert_allclose(tol, expected[qids], rtol=1e-12, atol=0)
+        if metric == "ip":
+            assert set(tol[qids == 7].tolist()) == {1e-30}
+
+
+def test_a_quarter_of_the_rows_or_fewer_as_queries_of_large_rows_search_with_torch(monkeypatch):
+    X = _rng(19).normal(size=(40, 4)).astype(np.float32)
+    chosen = []
+    searcher = nb._Searcher
+
+    class Spy(searcher):
+        def __init__(self, X, metric, backend, *args, **kwargs):
+            chosen.append(backend)
+            super().__init__(X, metric, backend, *args, **kwargs)
+
+    monkeypatch.setattr(nb, "_Searcher", Spy)
+    reference = _brute_knn(X, 5)
+    for budget, queries in ((X.nbytes - 1, 10), (X.nbytes - 1, 11), (X.nbytes, 10), (X.nbytes - 1, None)):
+        monkeypatch.setattr(nb, "_SEARCH_BUDGET", budget)
+        rows = np.arange(40) if queries is None else np.arange(queries)
+        found = nb.knn_indices(X, k=5, queries=None if queries is None else rows)
+        np.testing.assert_array_equal(found, reference[rows])
+    # ten queries are a quarter of 40 rows larger than the budget; eleven are more; rows within
+    # the budget, or every row as a query, stay with faiss
+    assert chosen == ["torch", "auto", "auto", "auto"]
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
