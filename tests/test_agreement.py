@@ -415,6 +415,18 @@ def test_each_querys_error_bound_is_the_float32_dot_product_bound(monkeypatch):
             assert set(tol[qids == 7].tolist()) == {1e-30}
 
 
+def test_a_query_of_tied_candidates_widens_its_search_to_every_row_and_says_so(caplog):
+    X = _rng(20).normal(size=(50, 6))
+    X[7] = 0  # under ip its 49 candidates all score 0: only the full list settles the order
+    with caplog.at_level("DEBUG", logger="crslib.neighbors"):
+        found = nb.knn_indices(X, k=3, metric="ip", queries=[7, 8])
+    assert found[0].tolist() == [0, 1, 2]  # ties go to the lowest ids
+    # 3 + 1 + 3 candidates first, then four times as many, then all 50
+    assert [r.getMessage() for r in caplog.records if r.name == "crslib.neighbors"] == [
+        "widening kNN search for 1 queries from 7 to 28 candidates",
+        "widening kNN search for 1 queries from 28 to 50 candidates"]
+
+
 def test_a_quarter_of_the_rows_or_fewer_as_queries_of_large_rows_search_with_torch(monkeypatch):
     X = _rng(19).normal(size=(40, 4)).astype(np.float32)
     chosen = []
