@@ -449,6 +449,16 @@ def test_a_quarter_of_the_rows_or_fewer_as_queries_of_large_rows_search_with_tor
     assert chosen == ["torch", "auto", "auto", "auto"]
 
 
+def test_the_search_runs_on_the_cpu_unless_a_device_is_named(monkeypatch):
+    import crslib.device
+
+    # a stand-in resolver, as if a GPU were there: "auto" would pick it, None must not ask
+    monkeypatch.setattr(crslib.device, "resolve_device", lambda device="auto": f"resolved {device}")
+    assert nb._search_device(None) == "cpu"
+    assert nb._search_device("auto") == "resolved auto"
+    assert nb._search_device("cuda:1") == "resolved cuda:1"
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
@@ -592,6 +602,10 @@ def test_bad_input_messages():
     # a repeat anywhere in any row is found and its row named; no columns is refused; one column is k = 1
     assert error_message(ag.overlap_from_indices, [[0, 1, 2], [1, 3, 3]], [[0, 1, 2], [0, 1, 2]]) == (
         "I_a repeats a neighbour within row(s) [1]")
+    repeats = np.array([[0, 1]] * 8)
+    repeats[[1, 2, 4, 5, 6, 7], 1] = 0  # six rows repeat a neighbour: the first five are named
+    assert error_message(ag.overlap_from_indices, [[0, 1]] * 8, repeats) == (
+        "I_b repeats a neighbour within row(s) [1, 2, 4, 5, 6]")
     assert error_message(ag.overlap_from_indices, np.zeros((2, 0), dtype=int), np.zeros((2, 0), dtype=int)) == (
         "I_a has no neighbour columns")
     np.testing.assert_array_equal(ag.overlap_from_indices([[1], [0]], [[1], [2]]), [1.0, 0.0])
