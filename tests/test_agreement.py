@@ -428,6 +428,8 @@ def test_a_query_of_tied_candidates_widens_its_search_to_every_row_and_says_so(c
 
 
 def test_a_quarter_of_the_rows_or_fewer_as_queries_of_large_rows_search_with_torch(monkeypatch):
+    """knn_indices(queries=...) of at most a quarter of rows larger than the search budget takes the torch
+    back-end (no copy of the rows into a faiss index) and finds the same neighbours."""
     X = _rng(19).normal(size=(40, 4)).astype(np.float32)
     chosen = []
     searcher = nb._Searcher

@@ -906,28 +906,6 @@ def test_openblas_coretype_hint_reads_past_non_ascii_text_and_needs_only_the_avx
     assert nb._openblas_coretype_hint(cpuinfo) == "SKYLAKEX"
 
 
-def test_few_queries_of_many_rows_search_without_copying_the_rows(monkeypatch):
-    """knn_indices(queries=...) of at most a quarter of rows larger than the search budget takes the torch
-    back-end (no copy of the rows into a faiss index) and finds the same neighbours."""
-    X = _clustered(2000, d=16, n_centres=40, seed=21)
-    rows = np.arange(0, 2000, 5)  # 400 queries: a fifth of the rows
-    reference = nb.knn_indices(X, k=10, queries=rows, backend="faiss")
-    chosen = []
-    searcher = nb._Searcher
-
-    class Spy(searcher):
-        def __init__(self, X, metric, backend, *args, **kwargs):
-            chosen.append(backend)
-            super().__init__(X, metric, backend, *args, **kwargs)
-
-    monkeypatch.setattr(nb, "_Searcher", Spy)
-    np.testing.assert_array_equal(nb.knn_indices(X, k=10, queries=rows), reference)
-    monkeypatch.setattr(nb, "_SEARCH_BUDGET", X.nbytes - 1)  # the rows now outgrow the budget
-    np.testing.assert_array_equal(nb.knn_indices(X, k=10, queries=rows), reference)
-    np.testing.assert_array_equal(nb.knn_indices(X, k=10, queries=np.arange(501)), nb.knn_indices(X, k=10)[:501])
-    assert chosen == ["auto", "torch", "auto", "auto"]  # small rows; a fifth of large rows; over a quarter; all
-
-
 # --------------------------------------------------------------------------- embeddings on disk, float16
 
 
