@@ -461,6 +461,40 @@ def test_the_search_runs_on_the_cpu_unless_a_device_is_named(monkeypatch):
     assert nb._search_device("cuda:1") == "resolved cuda:1"
 
 
+def test_knn_indices_hands_the_searcher_its_options_and_starts_wide_enough_for_the_groups(monkeypatch):
+    import crslib.device
+
+    built, widths = [], []
+
+    class Recorder(nb._Searcher):
+        def __init__(self, X, metric, backend, batch_size, device="cpu"):
+            built.append((metric, backend, batch_size, device))
+            super().__init__(X, metric, backend, batch_size)  # searched on the CPU whatever was named
+
+        def search(self, qids, kk):
+            widths.append(kk)
+            return super().search(qids, kk)
+
+    monkeypatch.setattr(nb, "_Searcher", Recorder)
+    monkeypatch.setattr(crslib.device, "resolve_device", lambda device="auto": f"resolved {device}")
+    X = _rng(19).normal(size=(40, 5))
+    for metric in ("cosine", "euclidean"):
+        ids, scores = nb.knn_indices(
+            X, k=4, metric=metric, backend="torch", batch_size=6, device="cuda:1", return_similarity=True)
+        np.testing.assert_array_equal(ids, _brute_knn(X, 4, metric))
+        assert scores.dtype == np.float32
+    assert built == [("cosine", "torch", 6, "resolved cuda:1"), ("euclidean", "torch", 6, "resolved cuda:1")]
+
+    # four patients of ten images, each patient's images nearest each other: the first search asks
+    # for k + 1 + a margin of 3 + the 9 other images of the largest patient, and nothing widens
+    groups = np.repeat(np.arange(4), 10)
+    Xg = _rng(20).normal(size=(40, 5)) + 20.0 * np.eye(5)[groups]
+    built.clear(), widths.clear()
+    ids = nb.knn_indices(Xg, k=3, metric="euclidean", exclude_groups=groups)
+    np.testing.assert_array_equal(ids, _brute_knn(Xg, 3, "euclidean", groups))
+    assert built == [("euclidean", "auto", None, "cpu")] and set(widths) == {16}
+
+
 def test_query_batch_keeps_one_batch_of_results_within_256_mib():
     # per query: kk candidates of a float32 score and an int64 id (12 bytes), and for torch the
     # query's float32 scores against all N rows; faiss at most 16,384 queries per call
