@@ -166,3 +166,41 @@ def test_the_in_process_checker_refuses_tests_that_fail_without_a_mutant(tmp_pat
     done, verdicts = _check(tmp_path, "toy")
     assert done.returncode != 0 and verdicts == []
     assert "tests fail without a mutant (fix them first): ['tests/test_toy.py::test_clip']" in done.stderr
+
+
+def test_the_in_process_checker_rechecks_survivors_redoes_changed_functions_and_feeds_the_report(
+        tmp_path: Path) -> None:
+    _toy_project(tmp_path)
+    meta = tmp_path / "mutants" / "crslib" / "toy.py.meta"
+    done, verdicts = _check(tmp_path, "toy", "--functions", "label", "--skip-listed")
+    assert done.returncode == 0, done.stderr
+    first_hash = json.loads(meta.read_text())["hash_by_function_name"]["x_label"]
+    assert {v["hash"] for v in verdicts} == {first_hash}
+    # a test of the whole label, new to the run: --recheck runs survivor 3 ("N=") again, that test first
+    test = tmp_path / "tests" / "test_toy.py"
+    test.write_text(test.read_text() + "\n\ndef test_label_whole():\n    assert toy.label(3) == 'n=3'\n")
+    done, verdicts = _check(tmp_path, "toy", "--functions", "label", "--skip-listed", "--recheck")
+    assert done.returncode == 0, done.stderr
+    assert len(verdicts) == 4 and verdicts[-1]["mutant"].endswith("__mutmut_3")
+    assert (verdicts[-1]["status"], verdicts[-1]["by"], verdicts[-1]["ran"]) == (
+        "killed", "tests/test_toy.py::test_label_whole", 1)
+    # the report takes the in-process verdicts mutmut lacks: label's three others killed; the listed one
+    # was never run, so it stays "not checked" with clip_count's five
+    env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
+    report = subprocess.run([sys.executable, "tools/mutation_report.py", "toy"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr
+    assert ("toy            9 mutants  killed     3  survived    0  equivalent   0  not checked    6  "
+            "kill rate 100.0%  (in-process 3)") in report.stdout
+    assert "| toy | 9 | 3 | 0 | 0 | 0 | 0 | 6 | 100.0% | 3 |" in (tmp_path / "mutants" / "report.md").read_text()
+    # an edited label is mutated anew: its old verdicts no longer count, and its mutants run again
+    source = tmp_path / "crslib" / "toy.py"
+    source.write_text(source.read_text().replace("def label(n):\n", "def label(n):\n    n = int(n)\n"))
+    done, verdicts = _check(tmp_path, "toy", "--functions", "label", "--skip-listed")
+    assert done.returncode == 0, done.stderr
+    second = json.loads(meta.read_text())
+    label_mutants = [name for name in second["exit_code_by_key"] if ".x_label__" in name]
+    assert second["hash_by_function_name"]["x_label"] != first_hash and len(label_mutants) > 4
+    rerun = [v["mutant"] for v in verdicts[4:]]
+    assert rerun == [name for name in label_mutants if name in rerun] and len(rerun) == len(label_mutants) - 1
+    assert {(v["hash"], v["status"]) for v in verdicts[4:]} == {(second["hash_by_function_name"]["x_label"], "killed")}

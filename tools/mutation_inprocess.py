@@ -16,14 +16,16 @@ them out: each costs all its tests, and the report counts them from mutmut's own
 mutant that has passed its tests for that many seconds with slower tests left ("unfinished":
 a survivor of every faster test, to read).
 
-Verdicts go to ``mutants/inprocess-MODULE.jsonl``, one line per mutant (a rerun resumes
-there), not into mutmut's records: ``tools/mutation_report.py`` reports mutmut's own runs.
+Verdicts go to ``mutants/inprocess-MODULE.jsonl``, one line per mutant with its function's source
+hash (a rerun resumes there), not into mutmut's records; ``tools/mutation_report.py`` counts them
+for the mutants mutmut has not caught. ``--recheck`` runs the survivors and unfinished mutants
+again after tests were added; the tests new to the run go first.
 
 It first writes or updates ``mutants/`` with mutmut's own code (minutes for every module on 2
-cores the first time; a changed module is mutated again, and its verdict file should then be
-deleted, since its mutants are numbered anew). Run from the repository root::
+cores the first time; a changed function is mutated again and its mutants numbered anew, so its
+older verdicts no longer count and its mutants run again). Run from the repository root::
 
-    .venv/bin/python tools/mutation_inprocess.py neighbors [--functions _select,_rescore] [--cap 40] [--skip-listed]
+    .venv/bin/python tools/mutation_inprocess.py neighbors [--functions _select,_rescore] [--cap 40] [--skip-listed] [--recheck]
 """
 
 from __future__ import annotations
@@ -98,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--functions", default="", help="only these functions (comma-separated, e.g. _select)")
     parser.add_argument("--cap", type=float, default=120.0, help="seconds of passing tests before 'unfinished'")
     parser.add_argument("--skip-listed", action="store_true", help="leave out mutants listed as equivalent")
+    parser.add_argument("--recheck", action="store_true",
+                        help="run again the mutants whose verdict is 'survived' or 'unfinished' (after new tests)")
     args = parser.parse_args(argv)
     mutants = ROOT / "mutants"
     generate()
@@ -108,13 +112,30 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), CRS_INPROCESS_MODULE=f"crslib.{args.module}",
                CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_FUNCTIONS=args.functions,
                CRS_INPROCESS_CAP=str(args.cap), CRS_INPROCESS_SKIP_LISTED="1" if args.skip_listed else "",
+               CRS_INPROCESS_RECHECK="1" if args.recheck else "",
                MUTANT_UNDER_TEST="")
     command = [sys.executable, "-m", "pytest", "-p", "mutation_inprocess", "-m", "not slow",
                "-p", "no:cacheprovider", "-q", "--tb=line", *own_test_files(args.module, mutants / "tests")]
     code = subprocess.call(command, cwd=mutants, env=env)
     if out.exists():
-        print(summary([json.loads(line) for line in out.read_text().splitlines() if line.strip()]))
+        print(summary(list(current_verdicts(out, mutants / "crslib" / f"{args.module}.py.meta").values())))
     return code
+
+
+def current_verdicts(out: Path, meta: Path) -> dict[str, dict]:
+    """The last verdict of each mutant whose function is unchanged since (its source hash in mutmut's ``.meta``).
+
+    A changed function is mutated anew and its mutants renumbered, so its older verdicts are
+    dropped (and, by the checker, run again)."""
+    if not out.exists():
+        return {}
+    hashes = json.loads(meta.read_text())["hash_by_function_name"]
+    verdicts = {}
+    for line in out.read_text().splitlines():
+        record = json.loads(line) if line.strip() else None
+        if record and record.get("hash") == hashes.get(record["mutant"].rsplit("__mutmut_", 1)[0].split(".")[-1]):
+            verdicts[record["mutant"]] = record
+    return verdicts
 
 
 # --------------------------------------------------------------------------- the pytest plugin
@@ -178,7 +199,8 @@ def pytest_runtestloop(session) -> bool:
     stats_file = out.with_suffix(".stats.json")
     stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
     trampoline.set_mutant_under_test("stats")
-    for nodeid in [n for n in items if n not in stats]:  # each test alone, its fixtures built for it
+    new_tests = {n for n in items if n not in stats}
+    for nodeid in new_tests:  # each test alone, its fixtures built for it
         _hits.clear()
         start = time.perf_counter()
         outcome = _run(items[nodeid], None, 900)
@@ -191,14 +213,21 @@ def pytest_runtestloop(session) -> bool:
         print(f"tests fail without a mutant (fix them first): {failing}", file=sys.stderr)
         session.testsfailed = len(failing)
         return True
-    ordered = sorted(items, key=lambda n: stats[n]["secs"])
-    done = {json.loads(line)["mutant"] for line in out.read_text().splitlines()} if out.exists() else set()
+    meta = Path(module.replace(".", "/") + ".py.meta")
+    hashes = json.loads(meta.read_text())["hash_by_function_name"]
+    verdicts = current_verdicts(out, meta)
+    reopened = ("survived", "unfinished") if os.environ["CRS_INPROCESS_RECHECK"] else ()
+    # tests new to this run (written for the survivors) first, then those that killed the most mutants
+    # of the same function, then the fastest: a survivor's killer is rarely the fastest test
+    kills = Counter((v["mutant"].rsplit("__mutmut_", 1)[0], v["by"]) for v in verdicts.values() if "by" in v)
     for mutant in _ordered_mutants(module, functions, bool(os.environ["CRS_INPROCESS_SKIP_LISTED"])):
-        if mutant in done:
+        if mutant in verdicts and verdicts[mutant]["status"] not in reopened:
             continue
         function = mutant.rsplit("__mutmut_", 1)[0]
-        tests = [n for n in ordered if function in stats[n]["hits"]]
-        record = {"mutant": mutant, "tests": len(tests), "status": "no tests", "ran": 0}
+        tests = sorted((n for n in items if function in stats[n]["hits"]),
+                       key=lambda n: (n not in new_tests, -kills[function, n], stats[n]["secs"]))
+        record = {"mutant": mutant, "hash": hashes[function.split(".")[-1]], "tests": len(tests),
+                  "status": "no tests", "ran": 0}
         trampoline.set_mutant_under_test(mutant)
         start = time.perf_counter()
         for i, nodeid in enumerate(tests):
@@ -215,6 +244,8 @@ def pytest_runtestloop(session) -> bool:
         session._setupstate.teardown_exact(None)  # a fresh set of fixtures for the next mutant
         trampoline.set_mutant_under_test("")
         record["secs"] = round(time.perf_counter() - start, 2)
+        if record["status"] in ("killed", "timeout"):
+            kills[function, record["by"]] += 1
         with out.open("a") as fh:
             fh.write(json.dumps(record) + "\n")
         print(f"{record['status']:10s} {mutant} ({record['ran']}/{record['tests']} tests, {record['secs']} s)",

@@ -1,6 +1,7 @@
 """Kill rate per module of the last `make mutation` run, and every surviving mutant.
 
-Reads mutmut's result files under ``mutants/`` and writes ``mutants/report.md``:
+Reads mutmut's result files under ``mutants/`` (and, for the mutants mutmut has not caught,
+the verdicts of ``tools/mutation_inprocess.py``) and writes ``mutants/report.md``:
 a table per module (killed, survived, timeouts, mutants no test reaches, kill
 rate) and, for each survivor, its diff. Survivors listed in
 ``tools/mutation_equivalent.toml`` (the mutated function, the mutated line as
@@ -38,9 +39,16 @@ REPORT = Path("mutants/report.md")
 CAUGHT = ("killed", "timeout", "segfault", "caught by type check")
 
 
-def load_results(modules: list[str]) -> dict[str, dict[str, str]]:
-    """Status of every mutant, by module, from mutmut's ``.meta`` files."""
-    results = {}
+def load_results(modules: list[str]) -> tuple[dict[str, dict[str, str]], dict[str, int]]:
+    """Status of every mutant, by module, and how many of them the in-process checker decided.
+
+    mutmut's ``.meta`` files first; a mutant mutmut has not caught takes the verdict of
+    ``tools/mutation_inprocess.py`` (``mutants/inprocess-MODULE.jsonl``) when that verdict is of
+    the function's current source. An "unfinished" mutant (it passed the faster tests) counts as
+    surviving."""
+    from mutation_inprocess import current_verdicts
+
+    results, in_process = {}, {}
     for path in sorted(Path("crslib").glob("*.py")):
         if modules and path.stem not in modules:
             continue
@@ -49,8 +57,12 @@ def load_results(modules: list[str]) -> dict[str, dict[str, str]]:
             continue
         data = SourceFileMutationData(path=path)
         data.load()
-        results[path.stem] = {name: status_by_exit_code[code] for name, code in data.exit_code_by_key.items()}
-    return results
+        statuses = {name: status_by_exit_code[code] for name, code in data.exit_code_by_key.items()}
+        verdicts = current_verdicts(Path("mutants") / f"inprocess-{path.stem}.jsonl", meta)
+        taken = {name: v["status"] for name, v in verdicts.items() if name in statuses and statuses[name] not in CAUGHT}
+        statuses.update({name: "survived" if st == "unfinished" else st for name, st in taken.items()})
+        results[path.stem], in_process[path.stem] = statuses, len(taken)
+    return results, in_process
 
 
 def load_equivalent() -> list[dict[str, str]]:
@@ -114,16 +126,20 @@ def _rate(summary: dict[str, float | int]) -> str:
     return "all equivalent" if summary["not_checked"] == 0 else "not run"
 
 
-def render(results: dict[str, dict[str, str]], entries: list[dict[str, str]]) -> tuple[str, dict[str, dict]]:
+def render(results: dict[str, dict[str, str]], entries: list[dict[str, str]],
+           in_process: dict[str, int] | None = None) -> tuple[str, dict[str, dict]]:
     equivalent, stale = match_equivalent(results, entries)
+    in_process = in_process or {}
     lines = ["# Mutation testing report", "",
              "| module | mutants | killed | timeout | survived | no test reaches | equivalent | not checked "
-             "| kill rate |", "|---|---|---|---|---|---|---|---|---|"]
+             "| kill rate | decided in-process |", "|---|---|---|---|---|---|---|---|---|---|"]
     summaries = {}
     for module, statuses in results.items():
         s = summaries[module] = summarise(statuses, equivalent)
         lines.append(f"| {module} | {s['total']} | {s['killed']} | {s['timeout']} | {s['survived']} | "
-                     f"{s['no_tests']} | {s['equivalent']} | {s['not_checked']} | {_rate(s)} |")
+                     f"{s['no_tests']} | {s['equivalent']} | {s['not_checked']} | {_rate(s)} | "
+                     f"{in_process.get(module, 0)} |")
+    lines += ["", "Decided in-process: verdicts of `tools/mutation_inprocess.py` for mutants mutmut has not caught."]
     if stale:
         lines += ["", f"Entries of {EQUIVALENT_FILE} that match no surviving mutant (update or remove them):",
                   *[f"- `{e['function']}`: `{e['mutated']}`" for e in stale]]
@@ -148,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--open", action="store_true",
                         help="only print the names of the mutants no test kills (for `mutmut run NAME...`)")
     args = parser.parse_args(argv)
-    results = load_results(args.modules)
+    results, in_process = load_results(args.modules)
     if not results:
         print("no mutation results under mutants/: run `make mutation` first", file=sys.stderr)
         return 2
@@ -157,12 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(n for statuses in results.values() for n, st in statuses.items()
                         if st in ("survived", "no tests", "not checked") and n not in equivalent))
         return 0
-    text, summaries = render(results, load_equivalent())
+    text, summaries = render(results, load_equivalent(), in_process)
     REPORT.write_text(text)
     for module, s in summaries.items():
         print(f"{module:10s} {s['total']:5d} mutants  killed {s['killed'] + s['timeout']:5d}  "
               f"survived {s['survived'] + s['no_tests']:4d}  equivalent {s['equivalent']:3d}  "
-              f"not checked {s['not_checked']:4d}  kill rate {_rate(s)}")
+              f"not checked {s['not_checked']:4d}  kill rate {_rate(s)}  (in-process {in_process[module]})")
     print(f"survivors with diffs: {REPORT}")
     low = [m for m, s in summaries.items() if args.min_rate is not None and not s["rate"] >= args.min_rate]
     return 1 if low else 0
