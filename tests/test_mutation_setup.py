@@ -193,14 +193,16 @@ def test_the_in_process_checker_rechecks_survivors_redoes_changed_functions_and_
     assert ("toy            9 mutants  killed     3  survived    0  equivalent   0  not checked    6  "
             "kill rate 100.0%  (in-process 3)") in report.stdout
     assert "| toy | 9 | 3 | 0 | 0 | 0 | 0 | 6 | 100.0% | 3 |" in (tmp_path / "mutants" / "report.md").read_text()
-    # an edited label is mutated anew: its old verdicts no longer count, and its mutants run again
+    # an edited label is mutated anew: its old verdicts no longer count, and its mutants run again,
+    # here with the whole label's test first
     source = tmp_path / "crslib" / "toy.py"
     source.write_text(source.read_text().replace("def label(n):\n", "def label(n):\n    n = int(n)\n"))
-    done, verdicts = _check(tmp_path, "toy", "--functions", "label", "--skip-listed")
+    done, verdicts = _check(tmp_path, "toy", "--functions", "label", "--skip-listed", "--first", "label_whole")
     assert done.returncode == 0, done.stderr
     second = json.loads(meta.read_text())
     label_mutants = [name for name in second["exit_code_by_key"] if ".x_label__" in name]
     assert second["hash_by_function_name"]["x_label"] != first_hash and len(label_mutants) > 4
     rerun = [v["mutant"] for v in verdicts[4:]]
     assert rerun == [name for name in label_mutants if name in rerun] and len(rerun) == len(label_mutants) - 1
-    assert {(v["hash"], v["status"]) for v in verdicts[4:]} == {(second["hash_by_function_name"]["x_label"], "killed")}
+    assert {(v["hash"], v["status"], v["by"], v["ran"]) for v in verdicts[4:]} == {
+        (second["hash_by_function_name"]["x_label"], "killed", "tests/test_toy.py::test_label_whole", 1)}

@@ -5,7 +5,7 @@ and every fixture again; a killed mutant of ``crslib.neighbors`` costs seconds. 
 trampoline picks the mutant to run on every call, from ``MUTANT_UNDER_TEST``, so one pytest
 session can run them all: this plugin runs the module's own tests (those of
 ``tests/conftest.py``'s ``OWN_TESTS``) once to learn which mutated functions each reaches and
-how long it takes, then, for each mutant, the tests reaching its function, fastest first,
+how long it takes, then, for each mutant, the tests reaching its function (fastest first; see below),
 until one fails (killed; a test over ten times its clean time is a timeout, also caught) or
 all pass (survived). Every fixture is torn down between mutants, as in a fresh process;
 module-level state (imports, caches) is not, so a survivor is rerun with mutmut
@@ -19,13 +19,14 @@ a survivor of every faster test, to read).
 Verdicts go to ``mutants/inprocess-MODULE.jsonl``, one line per mutant with its function's source
 hash (a rerun resumes there), not into mutmut's records; ``tools/mutation_report.py`` counts them
 for the mutants mutmut has not caught. ``--recheck`` runs the survivors and unfinished mutants
-again after tests were added; the tests new to the run go first.
+again after tests were added; the tests new to the run go first, after any that ``--first`` names.
 
 It first writes or updates ``mutants/`` with mutmut's own code (minutes for every module on 2
 cores the first time; a changed function is mutated again and its mutants numbered anew, so its
 older verdicts no longer count and its mutants run again). Run from the repository root::
 
-    .venv/bin/python tools/mutation_inprocess.py neighbors [--functions _select,_rescore] [--cap 40] [--skip-listed] [--recheck]
+    .venv/bin/python tools/mutation_inprocess.py neighbors [--functions _select,_rescore] [--cap 40] [--skip-listed]
+        [--recheck] [--first test_name_part,...]
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-listed", action="store_true", help="leave out mutants listed as equivalent")
     parser.add_argument("--recheck", action="store_true",
                         help="run again the mutants whose verdict is 'survived' or 'unfinished' (after new tests)")
+    parser.add_argument("--first", default="", help="run tests whose id contains one of these (comma-separated) first")
     args = parser.parse_args(argv)
     mutants = ROOT / "mutants"
     generate()
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), CRS_INPROCESS_MODULE=f"crslib.{args.module}",
                CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_FUNCTIONS=args.functions,
                CRS_INPROCESS_CAP=str(args.cap), CRS_INPROCESS_SKIP_LISTED="1" if args.skip_listed else "",
-               CRS_INPROCESS_RECHECK="1" if args.recheck else "",
+               CRS_INPROCESS_RECHECK="1" if args.recheck else "", CRS_INPROCESS_FIRST=args.first,
                MUTANT_UNDER_TEST="")
     command = [sys.executable, "-m", "pytest", "-p", "mutation_inprocess", "-m", "not slow",
                "-p", "no:cacheprovider", "-q", "--tb=line", *own_test_files(args.module, mutants / "tests")]
@@ -217,15 +219,17 @@ def pytest_runtestloop(session) -> bool:
     hashes = json.loads(meta.read_text())["hash_by_function_name"]
     verdicts = current_verdicts(out, meta)
     reopened = ("survived", "unfinished") if os.environ["CRS_INPROCESS_RECHECK"] else ()
-    # tests new to this run (written for the survivors) first, then those that killed the most mutants
-    # of the same function, then the fastest: a survivor's killer is rarely the fastest test
+    # the tests asked for first, then those new to this run (written for the survivors), then those that
+    # killed the most mutants of the same function, then the fastest: a survivor's killer is rarely the fastest
+    first = [p for p in os.environ["CRS_INPROCESS_FIRST"].split(",") if p]
     kills = Counter((v["mutant"].rsplit("__mutmut_", 1)[0], v["by"]) for v in verdicts.values() if "by" in v)
     for mutant in _ordered_mutants(module, functions, bool(os.environ["CRS_INPROCESS_SKIP_LISTED"])):
         if mutant in verdicts and verdicts[mutant]["status"] not in reopened:
             continue
         function = mutant.rsplit("__mutmut_", 1)[0]
         tests = sorted((n for n in items if function in stats[n]["hits"]),
-                       key=lambda n: (n not in new_tests, -kills[function, n], stats[n]["secs"]))
+                       key=lambda n: (not any(p in n for p in first), n not in new_tests, -kills[function, n],
+                                      stats[n]["secs"]))
         record = {"mutant": mutant, "hash": hashes[function.split(".")[-1]], "tests": len(tests),
                   "status": "no tests", "ran": 0}
         trampoline.set_mutant_under_test(mutant)
