@@ -478,11 +478,16 @@ def test_knn_indices_hands_the_searcher_its_options_and_starts_wide_enough_for_t
     monkeypatch.setattr(nb, "_Searcher", Recorder)
     monkeypatch.setattr(crslib.device, "resolve_device", lambda device="auto": f"resolved {device}")
     X = _rng(19).normal(size=(40, 5))
+    unit = X / np.linalg.norm(X, axis=1, keepdims=True)
     for metric in ("cosine", "euclidean"):
         ids, scores = nb.knn_indices(
             X, k=4, metric=metric, backend="torch", batch_size=6, device="cuda:1", return_similarity=True)
         np.testing.assert_array_equal(ids, _brute_knn(X, 4, metric))
+        # cosine similarity, and the Euclidean distance itself (not its negated square), in float32
+        expected = ((unit[:, None, :] * unit[ids]).sum(-1) if metric == "cosine"
+                    else np.sqrt(((X[:, None, :] - X[ids]) ** 2).sum(-1)))
         assert scores.dtype == np.float32
+        np.testing.assert_allclose(scores, expected, rtol=1e-5, atol=1e-6)
     assert built == [("cosine", "torch", 6, "resolved cuda:1"), ("euclidean", "torch", 6, "resolved cuda:1")]
 
     # four patients of ten images, each patient's images nearest each other: the first search asks
