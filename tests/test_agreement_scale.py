@@ -296,8 +296,9 @@ def test_index_memory_is_that_of_the_serialised_index(method):
     # faiss writes each index's arrays (rows or codes, ids, centroids, codebook, links) as they are held
     X = _rng(4).normal(size=(PQ_ROWS if method == "ivfpq" else 3000, 16)).astype(np.float32)
     index, _ = ann._build_approx_index(X, "ip", method, nlist=32, hnsw_m=32, seed=0)
-    serialised = faiss.serialize_index(index).nbytes / 2**20
-    assert ann._index_mb(index, method, *X.shape) == pytest.approx(serialised, rel=0.005)
+    # the serialised index is larger by its headers alone (218 to 436 bytes here), not by a row's worth
+    headers = faiss.serialize_index(index).nbytes - ann._index_mb(index, method, *X.shape) * 2**20
+    assert 0 < headers < 512
 
 
 def test_ivfpq_reranks_exactly_and_finds_the_neighbours(big):
