@@ -452,16 +452,24 @@ def test_hnsw_short_rows_fall_back_to_exact(monkeypatch):
     assert info["params"]["exact_fallback_rows"] == 200 and info["recall"] == 1.0
 
 
-def test_approximate_bad_input():
+def test_approximate_bad_input(monkeypatch):
     X = _rng(8).normal(size=(100, 4))
-    with pytest.raises(InputError, match="method"):
-        ann.approximate_knn_indices(X, method="lsh")
-    with pytest.raises(InputError, match="nprobe"):
-        ann.approximate_knn_indices(X, nprobe=0)
-    with pytest.raises(InputError, match="nlist=500 must not exceed"):
-        ann.approximate_knn_indices(X, nlist=500)
-    with pytest.raises(InputError, match="k=100 must be smaller"):
-        ann.approximate_knn_indices(X, k=100)
+    expected = {
+        (("method", "lsh"),): "method must be one of ('ivf', 'ivfpq', 'hnsw', 'hnswsq'), got 'lsh'",
+        (("nprobe", 0),): "nprobe must be a positive integer, got 0",
+        (("nlist", 0),): "nlist must be a positive integer, got 0",
+        (("nlist", 500),): "nlist=500 must not exceed the number of images N=100",
+        (("k", 100),): ("k=100 must be smaller than the number of images N=100 (each image has at most N-1=99 "
+                        "neighbours); lower k or add images"),
+        (("method", "ivfpq"),): ("index 'ivfpq' needs at least 9,984 images to train its product quantizer "
+                                 "(39 per code), got 100; use 'ivf' or 'exact'"),
+    }
+    for options, message in expected.items():
+        assert error_message(ann.approximate_knn_indices, X, **dict(options)) == message
+    monkeypatch.setattr(ann, "_import_faiss", lambda: None)  # as without the faiss-cpu package
+    for method in ("ivf", "hnsw"):
+        assert error_message(ann.approximate_knn_indices, X, method=method) == (
+            "approximate kNN search needs the faiss-cpu package; install it or use index='exact'")
 
 
 # --------------------------------------------------------------------------- overlap error bound
