@@ -135,7 +135,11 @@ def _check(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[di
     done = subprocess.run([sys.executable, "tools/mutation_inprocess.py", *args], cwd=root, env=env,
                           capture_output=True, text=True)
     out = root / "mutants" / f"inprocess-{args[0]}.jsonl"
-    return done, [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
+    # each mutant's "started" mark precedes its verdict
+    assert [r["mutant"] for r in records if r["status"] == "started"] == [
+        r["mutant"] for r in records if r["status"] != "started"]
+    return done, [r for r in records if r["status"] != "started"]
 
 
 def test_the_in_process_checker_kills_and_keeps_mutants_as_the_tests_decide(tmp_path: Path) -> None:
@@ -206,3 +210,23 @@ def test_the_in_process_checker_rechecks_survivors_redoes_changed_functions_and_
     assert rerun == [name for name in label_mutants if name in rerun] and len(rerun) == len(label_mutants) - 1
     assert {(v["hash"], v["status"], v["by"], v["ran"]) for v in verdicts[4:]} == {
         (second["hash_by_function_name"]["x_label"], "killed", "tests/test_toy.py::test_label_whole", 1)}
+
+
+def test_a_mutant_that_crashes_the_test_process_is_caught_and_the_run_goes_on(tmp_path: Path) -> None:
+    _toy_project(tmp_path)
+    source = tmp_path / "crslib" / "toy.py"
+    source.write_text("import os\n\n\n" + source.read_text()
+                      + "\n\ndef guard(n):\n    if n < 0:\n        os.abort()  # as a C library's failed check\n    return n\n")
+    test = tmp_path / "tests" / "test_toy.py"
+    test.write_text(test.read_text() + "\n\ndef test_guard():\n    assert toy.guard(0) == 0\n")
+    done, verdicts = _check(tmp_path, "toy", "--functions", "guard")
+    assert done.returncode == 0, done.stderr
+    # "n <= 0" and "n < 1" abort on 0: each is recorded as crashed, and the run resumes after it
+    assert [(v["mutant"].rsplit("__mutmut_", 1)[1], v["status"], v["by"]) for v in verdicts] == [
+        ("1", "crashed", "SIGABRT"), ("2", "crashed", "SIGABRT")]
+    assert "crashed    crslib.toy.x_guard__mutmut_2 (SIGABRT)" in done.stderr
+    report = subprocess.run([sys.executable, "tools/mutation_report.py", "toy"], cwd=tmp_path,
+                            env={k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"},
+                            capture_output=True, text=True)
+    assert "killed     2  survived    0  equivalent   0  not checked    9  kill rate 100.0%  (in-process 2)" in (
+        report.stdout), report.stderr

@@ -20,6 +20,8 @@ Verdicts go to ``mutants/inprocess-MODULE.jsonl``, one line per mutant with its 
 hash (a rerun resumes there), not into mutmut's records; ``tools/mutation_report.py`` counts them
 for the mutants mutmut has not caught. ``--recheck`` runs the survivors and unfinished mutants
 again after tests were added; the tests new to the run go first, after any that ``--first`` names.
+A mutant under which the test process crashes (a C library's abort) is recorded as "crashed", a
+kill, and the run resumes after it.
 
 It first writes or updates ``mutants/`` with mutmut's own code (minutes for every module on 2
 cores the first time; a changed function is mutated again and its mutants numbered anew, so its
@@ -118,10 +120,33 @@ def main(argv: list[str] | None = None) -> int:
                MUTANT_UNDER_TEST="")
     command = [sys.executable, "-m", "pytest", "-p", "mutation_inprocess", "-m", "not slow",
                "-p", "no:cacheprovider", "-q", "--tb=line", *own_test_files(args.module, mutants / "tests")]
-    code = subprocess.call(command, cwd=mutants, env=env)
+    while True:
+        code = subprocess.call(command, cwd=mutants, env=env)
+        crashed = _crashed(out, code)
+        if crashed is None:
+            break
+        # a mutant that crashes the interpreter (a C library's abort or segfault) is caught, as a test
+        # process that dies fails the suite; record it and resume with the next mutant
+        with out.open("a") as fh:
+            fh.write(json.dumps(crashed) + "\n")
+        print(f"crashed    {crashed['mutant']} ({crashed['by']})", file=sys.stderr, flush=True)
     if out.exists():
         print(summary(list(current_verdicts(out, mutants / "crslib" / f"{args.module}.py.meta").values())))
     return code
+
+
+#: Signals that mean the interpreter crashed, not that someone stopped the run.
+_CRASH_SIGNALS = (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE, signal.SIGILL)
+
+
+def _crashed(out: Path, code: int) -> dict | None:
+    """The verdict of the mutant that was running when the test process died of a crash, if it did."""
+    if code >= 0 or -code not in _CRASH_SIGNALS or not out.exists():
+        return None
+    last = json.loads(out.read_text().splitlines()[-1])
+    if last["status"] != "started":
+        return None
+    return {**last, "status": "crashed", "by": signal.Signals(-code).name}
 
 
 def current_verdicts(out: Path, meta: Path) -> dict[str, dict]:
@@ -135,7 +160,8 @@ def current_verdicts(out: Path, meta: Path) -> dict[str, dict]:
     verdicts = {}
     for line in out.read_text().splitlines():
         record = json.loads(line) if line.strip() else None
-        if record and record.get("hash") == hashes.get(record["mutant"].rsplit("__mutmut_", 1)[0].split(".")[-1]):
+        if record and record["status"] != "started" and record.get("hash") == hashes.get(
+                record["mutant"].rsplit("__mutmut_", 1)[0].split(".")[-1]):
             verdicts[record["mutant"]] = record
     return verdicts
 
@@ -232,6 +258,8 @@ def pytest_runtestloop(session) -> bool:
                                       stats[n]["secs"]))
         record = {"mutant": mutant, "hash": hashes[function.split(".")[-1]], "tests": len(tests),
                   "status": "no tests", "ran": 0}
+        with out.open("a") as fh:  # a mark that names the mutant should the process crash under it
+            fh.write(json.dumps({**record, "status": "started"}) + "\n")
         trampoline.set_mutant_under_test(mutant)
         start = time.perf_counter()
         for i, nodeid in enumerate(tests):

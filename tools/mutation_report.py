@@ -45,7 +45,7 @@ def load_results(modules: list[str]) -> tuple[dict[str, dict[str, str]], dict[st
     mutmut's ``.meta`` files first; a mutant mutmut has not caught takes the verdict of
     ``tools/mutation_inprocess.py`` (``mutants/inprocess-MODULE.jsonl``) when that verdict is of
     the function's current source. An "unfinished" mutant (it passed the faster tests) counts as
-    surviving."""
+    surviving, and one that crashed the test process as caught (mutmut's "segfault")."""
     from mutation_inprocess import current_verdicts
 
     results, in_process = {}, {}
@@ -60,7 +60,8 @@ def load_results(modules: list[str]) -> tuple[dict[str, dict[str, str]], dict[st
         statuses = {name: status_by_exit_code[code] for name, code in data.exit_code_by_key.items()}
         verdicts = current_verdicts(Path("mutants") / f"inprocess-{path.stem}.jsonl", meta)
         taken = {name: v["status"] for name, v in verdicts.items() if name in statuses and statuses[name] not in CAUGHT}
-        statuses.update({name: "survived" if st == "unfinished" else st for name, st in taken.items()})
+        statuses.update({name: {"unfinished": "survived", "crashed": "segfault"}.get(st, st)
+                         for name, st in taken.items()})
         results[path.stem], in_process[path.stem] = statuses, len(taken)
     return results, in_process
 
@@ -112,7 +113,9 @@ def summarise(statuses: dict[str, str], equivalent: dict[str, str]) -> dict[str,
     checked = len(statuses) - counts["not checked"] - n_equivalent
     caught = sum(counts[s] for s in CAUGHT)
     return {
-        "total": len(statuses), "killed": counts["killed"], "timeout": counts["timeout"],
+        # a crash of the test process ("segfault") and a type checker's catch are kills too
+        "total": len(statuses), "killed": counts["killed"] + counts["segfault"] + counts["caught by type check"],
+        "timeout": counts["timeout"],
         "survived": counts["survived"] - (n_equivalent - n_equivalent_unreached), "equivalent": n_equivalent,
         "no_tests": counts["no tests"] - n_equivalent_unreached,
         "not_checked": counts["not checked"], "rate": caught / checked if checked else float("nan"),
