@@ -249,6 +249,19 @@ def test_search_rows_drop_the_query_its_group_and_unfilled_slots():
     assert scores[0, 3] == -np.inf and scores.dtype == np.float32
 
 
+def test_each_index_is_built_for_its_metric_and_holds_every_row():
+    X = _rng(21).normal(size=(PQ_ROWS, 8)).astype(np.float32)
+    for method in ("hnsw", "hnswsq", "ivf", "ivfpq"):
+        rows = X if method == "ivfpq" else X[:600]
+        for metric, faiss_metric in (("ip", faiss.METRIC_INNER_PRODUCT), ("euclidean", faiss.METRIC_L2)):
+            index, quantizer = ann._build_approx_index(rows, metric, method, nlist=4, hnsw_m=8, seed=0)
+            assert (index.metric_type, index.ntotal, index.is_trained) == (faiss_metric, len(rows), True)
+            if method.startswith("ivf"):  # the list centroids are found by the same metric
+                assert (quantizer.metric_type, quantizer.ntotal, index.nlist) == (faiss_metric, 4, 4)
+            else:
+                assert quantizer is None and index.hnsw.nb_neighbors(0) == 2 * 8  # the base layer's 2M links
+
+
 def test_graph_rows_are_added_in_blocks_on_one_thread_when_seeded():
     """Threads insert rows concurrently, so only a one-thread build gives a seed's graph every time."""
 
