@@ -164,7 +164,7 @@ def _build_approx_index(Xw: np.ndarray, metric: str, method: str, *, nlist: int,
     # and never fewer than 50,000 (or all rows), so small nlist still sees a
     # representative sample.
     index.cp.seed = int(rng.integers(2**31 - 1))
-    m = min(n, max(nlist * 40, 50_000))
+    m = min(n, max(nlist * 40, _IVF_TRAIN_ROWS))
     train = Xw if m >= n else Xw[np.sort(rng.choice(n, size=m, replace=False))]
     index.train(train)
     del train  # the sample is a copy: gone before the codes are added
@@ -175,6 +175,8 @@ def _build_approx_index(Xw: np.ndarray, metric: str, method: str, *, nlist: int,
 
 #: Rows that train the 8-bit scalar quantizer of ``"hnswsq"`` (per-dimension ranges).
 _SQ_TRAIN_ROWS = 50_000
+#: Rows that train an IVF index's centroids at the least (40 per list when the lists are many).
+_IVF_TRAIN_ROWS = 50_000
 
 
 def _add_graph_rows(faiss: Any, index: Any, Xw: np.ndarray, seed: int | None) -> None:

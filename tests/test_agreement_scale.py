@@ -262,6 +262,27 @@ def test_each_index_is_built_for_its_metric_and_holds_every_row():
                 assert quantizer is None and index.hnsw.nb_neighbors(0) == 2 * 8  # the base layer's 2M links
 
 
+def test_quantizers_train_on_a_seeded_sorted_sample_when_the_rows_are_many(monkeypatch):
+    trained = []
+    for cls in (faiss.IndexHNSWSQ, faiss.IndexIVFFlat):
+        monkeypatch.setattr(cls, "train", lambda self, x, _train=cls.train: trained.append(x.copy()) or _train(self, x))
+    X = _rng(22).normal(size=(600, 8)).astype(np.float32)
+    for rows, sq_rows, ivf_rows in ((600, 100, 150), (90, 100, 150)):  # sampled; all 90 rows in their order
+        monkeypatch.setattr(ann, "_SQ_TRAIN_ROWS", sq_rows)
+        monkeypatch.setattr(ann, "_IVF_TRAIN_ROWS", ivf_rows)
+        trained.clear()
+        ann._build_approx_index(X[:rows], "ip", "hnswsq", nlist=4, hnsw_m=8, seed=5)
+        index, _ = ann._build_approx_index(X[:rows], "ip", "ivf", nlist=4, hnsw_m=8, seed=5)
+        rng = np.random.default_rng(5)
+        sample = X[np.sort(rng.choice(600, size=100, replace=False))] if rows == 600 else X[:90]
+        np.testing.assert_array_equal(trained[0], sample)
+        rng = np.random.default_rng(5)
+        assert index.cp.seed == int(rng.integers(2**31 - 1))  # k-means' seed first, then the sample
+        # the larger of 40 rows per list (160) and the floor (150), from the same generator
+        sample = X[np.sort(rng.choice(600, size=160, replace=False))] if rows == 600 else X[:90]
+        np.testing.assert_array_equal(trained[1], sample)
+
+
 def test_graph_rows_are_added_in_blocks_on_one_thread_when_seeded():
     """Threads insert rows concurrently, so only a one-thread build gives a seed's graph every time."""
 
