@@ -35,6 +35,8 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
+import inspect
 import json
 import os
 import signal
@@ -198,6 +200,15 @@ def _run(item, nextitem, limit: float) -> str:
     return "timeout" if any("MutantTimeout" in str(r.longrepr) for r in failed) else "killed"
 
 
+def _source_hash(item) -> str:
+    """A short hash of a test function's source (of its module's, where it has none of its own)."""
+    try:
+        source = inspect.getsource(item.obj)
+    except (OSError, TypeError):
+        source = Path(str(item.fspath)).read_text()
+    return hashlib.sha1(source.encode()).hexdigest()[:12]
+
+
 def _ordered_mutants(module: str, functions: list[str], skip_listed: bool = False) -> list[str]:
     """The module's mutants (cwd is mutants/), those listed as equivalent last or not at all."""
     names = list(json.loads(Path(module.replace(".", "/") + ".py.meta").read_text())["exit_code_by_key"])
@@ -227,12 +238,14 @@ def pytest_runtestloop(session) -> bool:
     stats_file = out.with_suffix(".stats.json")
     stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
     trampoline.set_mutant_under_test("stats")
-    new_tests = {n for n in items if n not in stats}
+    # a test is measured again when its source changed: an edited test may reach other functions
+    sources = {n: _source_hash(item) for n, item in items.items()}
+    new_tests = {n for n in items if n not in stats or stats[n].get("source") != sources[n]}
     for nodeid in new_tests:  # each test alone, its fixtures built for it
         _hits.clear()
         start = time.perf_counter()
         outcome = _run(items[nodeid], None, 900)
-        stats[nodeid] = {"secs": time.perf_counter() - start, "outcome": outcome,
+        stats[nodeid] = {"secs": time.perf_counter() - start, "outcome": outcome, "source": sources[nodeid],
                          "hits": sorted(h for h in _hits if h.startswith("crslib."))}
     trampoline.set_mutant_under_test("")
     stats_file.write_text(json.dumps(stats, indent=1))
