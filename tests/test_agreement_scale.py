@@ -249,17 +249,22 @@ def test_search_rows_drop_the_query_its_group_and_unfilled_slots():
     assert scores[0, 3] == -np.inf and scores.dtype == np.float32
 
 
-def test_each_index_is_built_for_its_metric_and_holds_every_row():
+def test_each_index_is_built_for_its_metric_and_holds_every_row(monkeypatch):
+    seeds = []
+    add_graph_rows = ann._add_graph_rows
+    monkeypatch.setattr(ann, "_add_graph_rows", lambda faiss, index, X, seed: seeds.append(seed)
+                        or add_graph_rows(faiss, index, X, seed))
     X = _rng(21).normal(size=(PQ_ROWS, 8)).astype(np.float32)
     for method in ("hnsw", "hnswsq", "ivf", "ivfpq"):
         rows = X if method == "ivfpq" else X[:600]
         for metric, faiss_metric in (("ip", faiss.METRIC_INNER_PRODUCT), ("euclidean", faiss.METRIC_L2)):
-            index, quantizer = ann._build_approx_index(rows, metric, method, nlist=4, hnsw_m=8, seed=0)
+            index, quantizer = ann._build_approx_index(rows, metric, method, nlist=4, hnsw_m=8, seed=3)
             assert (index.metric_type, index.ntotal, index.is_trained) == (faiss_metric, len(rows), True)
             if method.startswith("ivf"):  # the list centroids are found by the same metric
                 assert (quantizer.metric_type, quantizer.ntotal, index.nlist) == (faiss_metric, 4, 4)
             else:
                 assert quantizer is None and index.hnsw.nb_neighbors(0) == 2 * 8  # the base layer's 2M links
+    assert seeds == [3, 3, 3, 3]  # each graph is built with the seed, so on one thread
 
 
 def test_quantizers_train_on_a_seeded_sorted_sample_when_the_rows_are_many(monkeypatch):
