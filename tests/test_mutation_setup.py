@@ -223,18 +223,26 @@ def test_the_in_process_checker_rechecks_survivors_redoes_changed_functions_and_
 def test_a_mutant_that_crashes_the_test_process_is_caught_and_the_run_goes_on(tmp_path: Path) -> None:
     _toy_project(tmp_path)
     source = tmp_path / "crslib" / "toy.py"
-    source.write_text("import os\n\n\n" + source.read_text()
-                      + "\n\ndef guard(n):\n    if n < 0:\n        os.abort()  # as a C library's failed check\n    return n\n")
+    source.write_text("import os\n\n\n" + source.read_text() + "\n\ndef guard(n):\n    m = n + 0\n    if m < 0:\n"
+                      "        os.abort()  # as a C library's failed check\n    return m\n")
     test = tmp_path / "tests" / "test_toy.py"
-    test.write_text(test.read_text() + "\n\ndef test_guard():\n    assert toy.guard(0) == 0\n")
+    test.write_text(test.read_text() + "\n\ndef test_guard():\n    assert toy.guard(5) == 5\n")
     done, verdicts = _check(tmp_path, "toy", "--functions", "guard")
     assert done.returncode == 0, done.stderr
-    # "n <= 0" and "n < 1" abort on 0: each is recorded as crashed, and the run resumes after it
-    assert [(v["mutant"].rsplit("__mutmut_", 1)[1], v["status"], v["by"]) for v in verdicts] == [
-        ("1", "crashed", "SIGABRT"), ("2", "crashed", "SIGABRT")]
-    assert "crashed    crslib.toy.x_guard__mutmut_2 (SIGABRT)" in done.stderr
+    first = {v["mutant"].rsplit("__mutmut_", 1)[1]: v["status"] for v in verdicts}
+    assert sorted(first.values()) == ["killed", "killed", "survived", "survived", "survived"]  # "m = None", "n + 1"
+    # on 0, "m <= 0" and "m < 1" abort: each is recorded as crashed, and the run resumes after it;
+    # "n - 0" is rechecked once (a resumed run does not reopen the verdicts it made itself)
+    test.write_text(test.read_text().replace("toy.guard(5) == 5", "toy.guard(5) == 5 and toy.guard(0) == 0"))
+    done, verdicts = _check(tmp_path, "toy", "--functions", "guard", "--recheck")
+    assert done.returncode == 0, done.stderr
+    rechecked = [(v["mutant"].rsplit("__mutmut_", 1)[1], v["status"], v.get("by")) for v in verdicts[5:]]
+    survivor = next(number for number, status in first.items() if status == "survived")
+    assert sorted(rechecked) == sorted([(survivor, "survived", None)] + [
+        (number, "crashed", "SIGABRT") for number, status in first.items() if status == "survived" and number != survivor])
+    assert done.stderr.count("crashed    crslib.toy.x_guard__mutmut_") == 2
     report = subprocess.run([sys.executable, "tools/mutation_report.py", "toy"], cwd=tmp_path,
                             env={k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"},
                             capture_output=True, text=True)
-    assert "killed     2  survived    0  equivalent   0  not checked    9  kill rate 100.0%  (in-process 2)" in (
+    assert "killed     4  survived    1  equivalent   0  not checked    9  kill rate 80.0%  (in-process 5)" in (
         report.stdout), report.stderr

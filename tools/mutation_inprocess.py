@@ -118,7 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), CRS_INPROCESS_MODULE=f"crslib.{args.module}",
                CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_FUNCTIONS=args.functions,
                CRS_INPROCESS_CAP=str(args.cap), CRS_INPROCESS_SKIP_LISTED="1" if args.skip_listed else "",
-               CRS_INPROCESS_RECHECK="1" if args.recheck else "", CRS_INPROCESS_FIRST=args.first,
+               # --recheck reopens the verdicts made before this run only, not those of a run resumed after a crash
+               CRS_INPROCESS_RECHECK=str(len(out.read_text().splitlines())) if args.recheck and out.exists() else "",
+               CRS_INPROCESS_FIRST=args.first,
                MUTANT_UNDER_TEST="")
     command = [sys.executable, "-m", "pytest", "-p", "mutation_inprocess", "-m", "not slow",
                "-p", "no:cacheprovider", "-q", "--tb=line", *own_test_files(args.module, mutants / "tests")]
@@ -151,16 +153,16 @@ def _crashed(out: Path, code: int) -> dict | None:
     return {**last, "status": "crashed", "by": signal.Signals(-code).name}
 
 
-def current_verdicts(out: Path, meta: Path) -> dict[str, dict]:
+def current_verdicts(out: Path, meta: Path, lines: int | None = None) -> dict[str, dict]:
     """The last verdict of each mutant whose function is unchanged since (its source hash in mutmut's ``.meta``).
 
     A changed function is mutated anew and its mutants renumbered, so its older verdicts are
-    dropped (and, by the checker, run again)."""
+    dropped (and, by the checker, run again). ``lines``: read only the file's first lines."""
     if not out.exists():
         return {}
     hashes = json.loads(meta.read_text())["hash_by_function_name"]
     verdicts = {}
-    for line in out.read_text().splitlines():
+    for line in out.read_text().splitlines()[:lines]:
         record = json.loads(line) if line.strip() else None
         if record and record["status"] != "started" and record.get("hash") == hashes.get(
                 record["mutant"].rsplit("__mutmut_", 1)[0].split(".")[-1]):
@@ -257,13 +259,18 @@ def pytest_runtestloop(session) -> bool:
     meta = Path(module.replace(".", "/") + ".py.meta")
     hashes = json.loads(meta.read_text())["hash_by_function_name"]
     verdicts = current_verdicts(out, meta)
-    reopened = ("survived", "unfinished") if os.environ["CRS_INPROCESS_RECHECK"] else ()
+    before = int(os.environ["CRS_INPROCESS_RECHECK"] or 0)
+    # reopened: a survivor or unfinished mutant of before this run that this run (resumed after a crash,
+    # perhaps) has not decided again
+    decided_since = {json.loads(line)["mutant"] for line in out.read_text().splitlines()[before:]} if before else set()
+    reopened = {m for m, v in current_verdicts(out, meta, before).items()
+                if v["status"] in ("survived", "unfinished") and m not in decided_since} if before else set()
     # the tests asked for first, then those new to this run (written for the survivors), then those that
     # killed the most mutants of the same function, then the fastest: a survivor's killer is rarely the fastest
     first = [p for p in os.environ["CRS_INPROCESS_FIRST"].split(",") if p]
     kills = Counter((v["mutant"].rsplit("__mutmut_", 1)[0], v["by"]) for v in verdicts.values() if "by" in v)
     for mutant in _ordered_mutants(module, functions, bool(os.environ["CRS_INPROCESS_SKIP_LISTED"])):
-        if mutant in verdicts and verdicts[mutant]["status"] not in reopened:
+        if mutant in verdicts and mutant not in reopened:
             continue
         function = mutant.rsplit("__mutmut_", 1)[0]
         tests = sorted((n for n in items if function in stats[n]["hits"]),
