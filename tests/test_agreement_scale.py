@@ -262,6 +262,10 @@ def test_each_index_is_built_for_its_metric_and_holds_every_row(monkeypatch):
             assert (index.metric_type, index.ntotal, index.is_trained) == (faiss_metric, len(rows), True)
             if method.startswith("ivf"):  # the list centroids are found by the same metric
                 assert (quantizer.metric_type, quantizer.ntotal, index.nlist) == (faiss_metric, 4, 4)
+                # k-means seeds drawn from the caller's seed: the product quantizer's first, then the lists'
+                draws = np.random.default_rng(3).integers(2**31 - 1, size=2).tolist()
+                seeds_set = [index.pq.cp.seed, index.cp.seed] if method == "ivfpq" else [index.cp.seed]
+                assert seeds_set == draws[: len(seeds_set)]
             else:
                 assert quantizer is None and index.hnsw.nb_neighbors(0) == 2 * 8  # the base layer's 2M links
     assert seeds == [3, 3, 3, 3]  # each graph is built with the seed, so on one thread
