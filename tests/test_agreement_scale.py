@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import faiss
@@ -290,6 +291,36 @@ def test_quantizers_train_on_a_seeded_sorted_sample_when_the_rows_are_many(monke
         # the larger of 40 rows per list (160) and the floor (150), from the same generator
         sample = X[np.sort(rng.choice(600, size=160, replace=False))] if rows == 600 else X[:90]
         np.testing.assert_array_equal(trained[1], sample)
+
+
+def test_tuning_measures_recall_against_the_exact_neighbours_outside_the_querys_patient():
+    # patients of four nearby images, rows of unequal norms, Euclidean distance, k=5, one probed list of 8
+    rng = _rng(23)
+    centres = rng.normal(size=(100, 8)) * 3
+    X = (np.repeat(centres, 4, axis=0) + rng.normal(size=(400, 8)) * 0.3).astype(np.float32)
+    groups = np.repeat(np.arange(100), 4)
+    index, quantizer = ann._build_approx_index(X, "euclidean", "ivf", nlist=8, hnsw_m=8, seed=0)
+    rows = np.arange(0, 400, 7)
+    depth, trials, met = ann._tune_depth(
+        index, quantizer, X, rows, k=5, kk=9, metric="euclidean", gcodes=groups, method="ivf",
+        depth={"nprobe": 1}, target=0.0, max_probe=8, deadline=time.perf_counter() + 600)
+    index.nprobe = 1
+    found = ann._search_rows(index, X, rows, k=5, fetch=9, metric="euclidean", gcodes=groups, method="ivf")[0]
+
+    def recall(exact):
+        return float(nb._intersections(found, exact).mean() / 5)
+
+    exact = nb.knn_indices(X, k=5, metric="euclidean", exclude_groups=groups, queries=rows)
+    expected = recall(exact)
+    low = ann._recall_interval(expected, len(rows), 400)[0]
+    assert (depth, met) == ({"nprobe": 1}, True)
+    assert trials == [{"nprobe": 1, "recall": round(expected, 4), "ci_low": round(low, 4)}]
+    # the reference matters: without the groups, at k=10, or by cosine, the recall would read otherwise
+    assert expected < 1 and expected not in (
+        recall(nb.knn_indices(X, k=5, metric="euclidean", queries=rows)),
+        float(nb._intersections(found, nb.knn_indices(X, k=10, metric="euclidean", exclude_groups=groups,
+                                                      queries=rows)).mean() / 5),
+        recall(nb.knn_indices(X, k=5, metric="cosine", exclude_groups=groups, queries=rows)))
 
 
 def test_graph_rows_are_added_in_blocks_on_one_thread_when_seeded():
