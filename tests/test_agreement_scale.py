@@ -315,6 +315,15 @@ def test_tuning_measures_recall_against_the_exact_neighbours_outside_the_querys_
     low = ann._recall_interval(expected, len(rows), 400)[0]
     assert (depth, met) == ({"nprobe": 1}, True)
     assert trials == [{"nprobe": 1, "recall": round(expected, 4), "ci_low": round(low, 4)}]
+    # towards 0.9 the search deepens to the fewest lists whose neighbours' lower bound reaches it
+    ranks = ann._cell_ranks(quantizer, X, rows, exact, 8)
+    _, trials, _ = ann._tune_depth(
+        index, quantizer, X, rows, k=5, kk=9, metric="euclidean", gcodes=groups, method="ivf",
+        depth={"nprobe": 1}, target=0.9, max_probe=8, deadline=time.perf_counter() + 600)
+    lows = [ann._recall_interval(np.searchsorted(ranks, p) / ranks.size, len(rows), 400)[0] for p in range(2, 9)]
+    uppers = [ann._recall_interval(np.searchsorted(ranks, p) / ranks.size, len(rows), 400)[1] for p in range(2, 9)]
+    assert trials[1]["nprobe"] == 2 + next(i for i, low in enumerate(lows) if low >= 0.9)
+    assert trials[1]["nprobe"] != 2 + next(i for i, up in enumerate(uppers) if up >= 0.9)  # not the upper bound
     # the reference matters: without the groups, at k=10, or by cosine, the recall would read otherwise
     assert expected < 1 and expected not in (
         recall(nb.knn_indices(X, k=5, metric="euclidean", queries=rows)),
