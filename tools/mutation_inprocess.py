@@ -202,6 +202,16 @@ def _run(item, nextitem, limit: float) -> str:
     return "timeout" if any("MutantTimeout" in str(r.longrepr) for r in failed) else "killed"
 
 
+def _reopened(out: Path, meta: Path, before: int) -> set[str]:
+    """``--recheck``: the survivors and unfinished mutants of the verdict file's first ``before`` lines
+    (those of earlier runs) that no later line decides again, as a run resumed after a crash does."""
+    if not before:
+        return set()
+    decided_since = {json.loads(line)["mutant"] for line in out.read_text().splitlines()[before:]}
+    return {m for m, v in current_verdicts(out, meta, before).items()
+            if v["status"] in ("survived", "unfinished") and m not in decided_since}
+
+
 def _source_hash(item) -> str:
     """A short hash of a test function's source (of its module's, where it has none of its own)."""
     try:
@@ -259,12 +269,7 @@ def pytest_runtestloop(session) -> bool:
     meta = Path(module.replace(".", "/") + ".py.meta")
     hashes = json.loads(meta.read_text())["hash_by_function_name"]
     verdicts = current_verdicts(out, meta)
-    before = int(os.environ["CRS_INPROCESS_RECHECK"] or 0)
-    # reopened: a survivor or unfinished mutant of before this run that this run (resumed after a crash,
-    # perhaps) has not decided again
-    decided_since = {json.loads(line)["mutant"] for line in out.read_text().splitlines()[before:]} if before else set()
-    reopened = {m for m, v in current_verdicts(out, meta, before).items()
-                if v["status"] in ("survived", "unfinished") and m not in decided_since} if before else set()
+    reopened = _reopened(out, meta, int(os.environ["CRS_INPROCESS_RECHECK"] or 0))
     # the tests asked for first, then those new to this run (written for the survivors), then those that
     # killed the most mutants of the same function, then the fastest: a survivor's killer is rarely the fastest
     first = [p for p in os.environ["CRS_INPROCESS_FIRST"].split(",") if p]
