@@ -332,6 +332,48 @@ def test_tuning_measures_recall_against_the_exact_neighbours_outside_the_querys_
         recall(nb.knn_indices(X, k=5, metric="cosine", exclude_groups=groups, queries=rows)))
 
 
+class _RecordingGraph:
+    """A stand-in HNSW index over brute-force Euclidean search that records each search's
+    (efSearch, candidates asked); ``farthest`` returns the worst candidates instead (recall 0)."""
+
+    def __init__(self, X, farthest=False):
+        self.X, self.farthest, self.asked = X, farthest, []
+        self.hnsw = type("Hnsw", (), {"efSearch": 0})()
+
+    def search(self, Q, n):
+        self.asked.append((self.hnsw.efSearch, n))
+        D = ((Q[:, None, :] - self.X[None, :, :]) ** 2).sum(axis=-1)
+        order = np.argsort(-D if self.farthest else D, axis=1, kind="stable")[:, :n]
+        return np.take_along_axis(D, order, axis=1), order
+
+
+def test_graph_tuning_reranks_its_whole_pool_and_doubles_ef_up_to_the_cap():
+    X = _rng(5).normal(size=(120, 6)).astype(np.float32)
+    rows = np.arange(0, 120, 3)
+
+    def tune(method, ef, target, farthest=False):
+        index = _RecordingGraph(X, farthest)
+        result = ann._tune_depth(index, None, X, rows, k=5, kk=6, metric="euclidean", gcodes=None, method=method,
+                                 depth={"ef_search": ef}, target=target, max_probe=0,
+                                 deadline=time.perf_counter() + 600)
+        return (*result, sorted(set(index.asked)))
+
+    # HNSW-SQ re-ranks its whole search pool (ef candidates), not only the kk its codes rank first
+    depth, trials, met, asked = tune("hnswsq", 40, 0.0)
+    assert (depth, met, asked) == ({"ef_search": 40}, True, [(40, 40)])
+    assert trials[0]["recall"] == 1.0
+    # a target equal to the lower bound of the recall reached is met: the search stops there
+    low = ann._recall_interval(1.0, len(rows), 120)[0]
+    depth, trials, met, asked = tune("hnsw", 16, low)
+    assert (depth, met, asked, trials[0]["ci_low"]) == ({"ef_search": 16}, True, [(16, 6)], round(low, 4))
+    # a plain graph asks for kk; a search that never finds the neighbours doubles ef up to the cap, unmet
+    depth, trials, met, asked = tune("hnsw", ann._MAX_EF // 4, 0.5, farthest=True)
+    assert (depth, met) == ({"ef_search": ann._MAX_EF}, False)
+    assert [trial["ef_search"] for trial in trials] == [ann._MAX_EF // 4, ann._MAX_EF // 2, ann._MAX_EF]
+    assert asked == [(ann._MAX_EF // 4, 6), (ann._MAX_EF // 2, 6), (ann._MAX_EF, 6)]
+    assert {trial["recall"] for trial in trials} == {0.0}
+
+
 def test_graph_rows_are_added_in_blocks_on_one_thread_when_seeded():
     """Threads insert rows concurrently, so only a one-thread build gives a seed's graph every time."""
 
