@@ -332,7 +332,7 @@ def test_tuning_measures_recall_against_the_exact_neighbours_outside_the_querys_
         recall(nb.knn_indices(X, k=5, metric="cosine", exclude_groups=groups, queries=rows)))
 
 
-def test_tuning_takes_a_reachable_bound_equal_to_the_target_as_reached():
+def test_tuning_takes_a_reachable_bound_equal_to_the_target_as_reached(monkeypatch):
     def bound(ranks, probe, queries, n):
         return ann._recall_interval(np.searchsorted(ranks, probe) / ranks.size, queries, n)[0]
 
@@ -346,7 +346,8 @@ def test_tuning_takes_a_reachable_bound_equal_to_the_target_as_reached():
     probe = next(p for p in range(2, 9) if lows[p] > lows[p - 1])
     _, trials, _ = ann._tune_depth(
         index, quantizer, X, rows, k=5, kk=6, metric="euclidean", gcodes=None, method="ivf",
-        depth={"nprobe": probe - 1}, target=lows[probe], max_probe=8, deadline=time.perf_counter() + 600)
+        depth={"nprobe": probe - 1}, target=lows[probe], max_probe=min(probe + 1, 8),
+        deadline=time.perf_counter() + 600)
     assert trials[0]["ci_low"] < lows[probe] and trials[1]["nprobe"] == probe  # the next list, not one beyond
     # IVF-PQ: the probed lists already hold as many neighbours as the target asks, so the codes lost
     # them: the search re-ranks more candidates of the same lists
@@ -354,12 +355,20 @@ def test_tuning_takes_a_reachable_bound_equal_to_the_target_as_reached():
     index, quantizer = ann._build_approx_index(X, "ip", "ivfpq", nlist=16, hnsw_m=8, seed=0)
     rows = np.arange(0, PQ_ROWS, 50)
     ranks = ann._cell_ranks(quantizer, X, rows, nb.knn_indices(X, k=5, metric="ip", queries=rows), 16)
-    depth, trials, _ = ann._tune_depth(
-        index, quantizer, X, rows, k=5, kk=6, metric="ip", gcodes=None, method="ivfpq",
-        depth={"nprobe": 4, "refine_factor": 1}, target=bound(ranks, 4, len(rows), PQ_ROWS), max_probe=16,
-        deadline=time.perf_counter() + 600)
-    assert trials[0]["ci_low"] < bound(ranks, 4, len(rows), PQ_ROWS)
-    assert (trials[1]["nprobe"], trials[1]["refine_factor"]) == (4, 2)
+    target = bound(ranks, 4, len(rows), PQ_ROWS)
+
+    def second_trial(refine):
+        _, trials, _ = ann._tune_depth(
+            index, quantizer, X, rows, k=5, kk=6, metric="ip", gcodes=None, method="ivfpq",
+            depth={"nprobe": 4, "refine_factor": refine}, target=target, max_probe=16,
+            deadline=time.perf_counter() + 60)  # a search that never deepens stops there
+        assert trials[0]["ci_low"] < target
+        return trials[1]["nprobe"], trials[1]["refine_factor"]
+
+    assert second_trial(1) == (4, 2)
+    # at the most re-ranking allowed, it probes the next list instead (never fewer lists, nor more re-ranking)
+    monkeypatch.setattr(ann, "_MAX_REFINE", 2)
+    assert second_trial(2) == (5, 2)
 
 
 class _RecordingGraph:
