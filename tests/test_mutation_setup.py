@@ -134,7 +134,7 @@ def _check(root: Path, *args: str) -> tuple[subprocess.CompletedProcess, list[di
     env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
     done = subprocess.run([sys.executable, "tools/mutation_inprocess.py", *args], cwd=root, env=env,
                           capture_output=True, text=True)
-    out = root / "mutants" / f"inprocess-{args[0]}.jsonl"
+    out = root / "tools" / "mutation_verdicts" / f"{args[0]}.jsonl"
     records = [json.loads(line) for line in out.read_text().splitlines()] if out.exists() else []
     # each mutant's "started" mark precedes its verdict
     assert [r["mutant"] for r in records if r["status"] == "started"] == [
@@ -161,6 +161,17 @@ def test_the_in_process_checker_kills_and_keeps_mutants_as_the_tests_decide(tmp_
     clip = [v for v in verdicts if "clip_count" in v["mutant"]]
     assert len(verdicts) == 9 and len(clip) == 5
     assert {(v["status"], v["by"], v["tests"]) for v in clip} == {("killed", "tests/test_toy.py::test_clip", 1)}
+    # --compact keeps one line per mutant, its last verdict; a function edited since loses its verdicts
+    out = tmp_path / "tools" / "mutation_verdicts" / "toy.jsonl"
+    assert len(out.read_text().splitlines()) == 18  # each verdict after its "started" mark
+    source = tmp_path / "crslib" / "toy.py"
+    source.write_text(source.read_text().replace("return min(n, cap)", "return min(cap, n)"))
+    env = {k: v for k, v in os.environ.items() if k != "MUTANT_UNDER_TEST"}
+    done = subprocess.run([sys.executable, "tools/mutation_inprocess.py", "toy", "--compact"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    kept = [json.loads(line) for line in out.read_text().splitlines()]
+    assert kept == [v for v in verdicts if "clip_count" not in v["mutant"]]
 
 
 def test_the_in_process_checker_refuses_tests_that_fail_without_a_mutant(tmp_path: Path) -> None:

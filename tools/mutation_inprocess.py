@@ -16,19 +16,21 @@ them out: each costs all its tests, and the report counts them from mutmut's own
 mutant that has passed its tests for that many seconds with slower tests left ("unfinished":
 a survivor of every faster test, to read).
 
-Verdicts go to ``mutants/inprocess-MODULE.jsonl``, one line per mutant with its function's source
-hash (a rerun resumes there), not into mutmut's records; ``tools/mutation_report.py`` counts them
+Verdicts go to ``tools/mutation_verdicts/MODULE.jsonl`` (kept in git, so that a fresh checkout
+resumes where the last run stopped: a module takes hours on 2 cores), one line per mutant with its
+function's source hash, not into mutmut's records; ``tools/mutation_report.py`` counts them
 for the mutants mutmut has not caught. ``--recheck`` runs the survivors and unfinished mutants
 again after tests were added; the tests new to the run go first, after any that ``--first`` names.
 A mutant under which the test process crashes (a C library's abort) is recorded as "crashed", a
-kill, and the run resumes after it.
+kill, and the run resumes after it. ``--compact`` rewrites the verdict file to the current verdicts,
+one line per mutant (before a commit), and runs nothing.
 
 It first writes or updates ``mutants/`` with mutmut's own code (minutes for every module on 2
 cores the first time; a changed function is mutated again and its mutants numbered anew, so its
 older verdicts no longer count and its mutants run again). Run from the repository root::
 
     .venv/bin/python tools/mutation_inprocess.py neighbors [--functions _select,_rescore] [--cap 40] [--skip-listed]
-        [--recheck] [--first test_name_part,...]
+        [--recheck] [--first test_name_part,...] [--compact]
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: The in-process verdicts, one file per module (the measured tests' timings stay in mutants/).
+VERDICTS = ROOT / "tools" / "mutation_verdicts"
 _hits: set[str] = set()
 
 
@@ -108,15 +112,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--recheck", action="store_true",
                         help="run again the mutants whose verdict is 'survived' or 'unfinished' (after new tests)")
     parser.add_argument("--first", default="", help="run tests whose id contains one of these (comma-separated) first")
+    parser.add_argument("--compact", action="store_true",
+                        help="rewrite the verdict file to its current verdicts, one line per mutant, and stop")
     args = parser.parse_args(argv)
     mutants = ROOT / "mutants"
     generate()
     if not (mutants / "crslib" / f"{args.module}.py.meta").exists():
         print(f"crslib.{args.module} is not in [tool.mutmut] only_mutate of pyproject.toml", file=sys.stderr)
         return 2
-    out = mutants / f"inprocess-{args.module}.jsonl"
+    out = VERDICTS / f"{args.module}.jsonl"
+    meta = mutants / "crslib" / f"{args.module}.py.meta"
+    if args.compact:
+        if out.exists():
+            out.write_text("".join(json.dumps(v) + "\n" for v in current_verdicts(out, meta).values()))
+            print(summary(list(current_verdicts(out, meta).values())))
+        return 0
+    VERDICTS.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), CRS_INPROCESS_MODULE=f"crslib.{args.module}",
-               CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_FUNCTIONS=args.functions,
+               CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_STATS=str(mutants / f"inprocess-{args.module}.stats.json"),
+               CRS_INPROCESS_FUNCTIONS=args.functions,
                CRS_INPROCESS_CAP=str(args.cap), CRS_INPROCESS_SKIP_LISTED="1" if args.skip_listed else "",
                # --recheck reopens the verdicts made before this run only, not those of a run resumed after a crash
                CRS_INPROCESS_RECHECK=str(len(out.read_text().splitlines())) if args.recheck and out.exists() else "",
@@ -135,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             fh.write(json.dumps(crashed) + "\n")
         print(f"crashed    {crashed['mutant']} ({crashed['by']})", file=sys.stderr, flush=True)
     if out.exists():
-        print(summary(list(current_verdicts(out, mutants / "crslib" / f"{args.module}.py.meta").values())))
+        print(summary(list(current_verdicts(out, meta).values())))
     return code
 
 
@@ -247,7 +261,7 @@ def pytest_runtestloop(session) -> bool:
     cap = float(os.environ["CRS_INPROCESS_CAP"])
     functions = [f for f in os.environ["CRS_INPROCESS_FUNCTIONS"].split(",") if f]
     items = {item.nodeid: item for item in session.items}
-    stats_file = out.with_suffix(".stats.json")
+    stats_file = Path(os.environ["CRS_INPROCESS_STATS"])
     stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
     trampoline.set_mutant_under_test("stats")
     # a test is measured again when its source changed: an edited test may reach other functions

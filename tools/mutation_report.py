@@ -43,10 +43,10 @@ def load_results(modules: list[str]) -> tuple[dict[str, dict[str, str]], dict[st
     """Status of every mutant, by module, and how many of them the in-process checker decided.
 
     mutmut's ``.meta`` files first; a mutant mutmut has not caught takes the verdict of
-    ``tools/mutation_inprocess.py`` (``mutants/inprocess-MODULE.jsonl``) when that verdict is of
+    ``tools/mutation_inprocess.py`` (``tools/mutation_verdicts/MODULE.jsonl``) when that verdict is of
     the function's current source. An "unfinished" mutant (it passed the faster tests) counts as
     surviving, and one that crashed the test process as caught (mutmut's "segfault")."""
-    from mutation_inprocess import current_verdicts
+    from mutation_inprocess import VERDICTS, current_verdicts
 
     results, in_process = {}, {}
     for path in sorted(Path("crslib").glob("*.py")):
@@ -58,7 +58,7 @@ def load_results(modules: list[str]) -> tuple[dict[str, dict[str, str]], dict[st
         data = SourceFileMutationData(path=path)
         data.load()
         statuses = {name: status_by_exit_code[code] for name, code in data.exit_code_by_key.items()}
-        verdicts = current_verdicts(Path("mutants") / f"inprocess-{path.stem}.jsonl", meta)
+        verdicts = current_verdicts(VERDICTS / f"{path.stem}.jsonl", meta)
         taken = {name: v["status"] for name, v in verdicts.items() if name in statuses and statuses[name] not in CAUGHT}
         statuses.update({name: {"unfinished": "survived", "crashed": "segfault"}.get(st, st)
                          for name, st in taken.items()})
