@@ -235,6 +235,53 @@ def test_random_features_interval_covers_half():
     assert row["p_value"] >= 0.05
 
 
+def test_rows_in_neither_pool_nor_test_are_left_out_logged_and_given_no_score(caplog):
+    rng, patients, split, labels = _synthetic(n_patients=40, seed=1)
+    split = split.astype(object)
+    split[:6] = "external"  # patients 0, 1 and 2
+    X = np.c_[(split == "test") + rng.normal(size=len(split)), rng.normal(size=(len(split), 2))]  # AUC < 1
+    with caplog.at_level(logging.INFO, logger="crslib.audit"):
+        result = A.partition_audit(X, split, groups=patients)
+    assert [r.getMessage() for r in caplog.records] == [
+        "partition audit: 6 row(s) in neither the pool ['train', 'val'] nor 'test' are left out"]
+    assert result.used.tolist() == [False] * 6 + [True] * (len(split) - 6)
+    assert np.isnan(result.scores[:6]).all() and not np.isnan(result.scores[6:]).any()
+    assert (result.folds[:6] == -1).all() and (result.folds[6:] >= 0).all()
+    assert result.table.loc[0, ["n_pool", "n_test"]].tolist() == [
+        int(np.isin(split, ["train", "val"]).sum()), int((split == "test").sum())]
+    # the defaults: 1,000 resamples and no permutation test
+    explicit = A.partition_audit(X, split, groups=patients, n_resamples=1000, n_permutations=0)
+    pd.testing.assert_frame_equal(result.table, explicit.table)
+    assert result.null.shape == (0, 1) and np.isnan(result.table.loc[0, "p_value"])
+    assert 0.5 < result.table.loc[0, "auc"] < 0.95
+    assert result.table.loc[0, "low"] != A.partition_audit(X, split, groups=patients, n_resamples=999).table.loc[0, "low"]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="crslib.audit"):
+        A.partition_audit(X[6:], split[6:], groups=patients[6:], n_resamples=20)
+    assert caplog.records == []  # every row used: nothing to say
+
+
+def test_partition_audit_names_the_argument_and_what_to_pass_in_its_errors():
+    rng, patients, split, labels = _synthetic(n_patients=20)
+    X = rng.normal(size=(len(split), 2))
+    bad_X = X.copy()
+    bad_X[3] = np.nan
+    cases = [
+        (dict(X=bad_X), "X has NaN or infinite values in 1 row(s) (first: [3])"),
+        (dict(split=None), "split is required: pass the split name of each row"),
+        (dict(groups=None), "groups is required: pass patient ids (groups=manifest['patient_id'])"),
+        (dict(labels=labels[:-1]), f"labels has {len(X) - 1} values but X has {len(X)} rows"),
+        (dict(n_splits=1), "n_splits must be an integer >= 2, got 1"),
+        (dict(n_resamples=0), "n_resamples must be an integer >= 1, got 0"),
+        (dict(n_permutations=-1), "n_permutations must be an integer >= 0, got -1"),
+    ]
+    for change, message in cases:
+        kwargs = dict(X=X, split=split, groups=patients, labels=labels) | change
+        with pytest.raises(InputError) as error:
+            A.partition_audit(kwargs.pop("X"), kwargs.pop("split"), **kwargs)
+        assert str(error.value).startswith(message), (change, str(error.value))
+
+
 def test_group_permutation_moves_whole_patients():
     groups = np.array(["a", "a", "b", "c", "c", "d", "e", "e"])
     values = np.arange(8)
