@@ -222,7 +222,7 @@ def test_the_in_process_checker_rechecks_survivors_redoes_changed_functions_and_
     assert {(v["hash"], v["status"], v["by"], v["ran"]) for v in verdicts[4:]} == {
         (second["hash_by_function_name"]["x_label"], "killed", "tests/test_toy.py::test_label_whole", 1)}
     # an edited test is measured again: test_label now reaches clip_count as well
-    stats = tmp_path / "mutants" / "inprocess-toy.stats.json"
+    stats = tmp_path / "mutants" / "inprocess.stats.json"
     assert json.loads(stats.read_text())["tests/test_toy.py::test_label"]["hits"] == ["crslib.toy.x_label"]
     test.write_text(test.read_text().replace("endswith('3')", "endswith('3') and toy.clip_count(1) == 1"))
     done, _ = _check(tmp_path, "toy", "--functions", "label")

@@ -5,8 +5,8 @@ and every fixture again; a killed mutant of ``crslib.neighbors`` costs seconds. 
 trampoline picks the mutant to run on every call, from ``MUTANT_UNDER_TEST``, so one pytest
 session can run them all: this plugin runs the module's own tests (those of
 ``tests/conftest.py``'s ``OWN_TESTS``) once to learn which mutated functions each reaches and
-how long it takes, then, for each mutant, the tests reaching its function (fastest first; see below),
-until one fails (killed; a test over ten times its clean time is a timeout, also caught) or
+how long it takes (a measurement every module's runs share), then, for each mutant, the tests
+reaching its function (fastest first; see below), until one fails (killed; a test over ten times its clean time is a timeout, also caught) or
 all pass (survived). Every fixture is torn down between mutants, as in a fresh process;
 module-level state (imports, caches) is not, so a survivor is rerun with mutmut
 (``make mutation RECHECK=1``) before it is listed as equivalent.
@@ -49,7 +49,8 @@ from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The in-process verdicts, one file per module (the measured tests' timings stay in mutants/).
+#: The in-process verdicts, one file per module (the tests' measured times and reach, shared by every
+#: module's runs, stay in mutants/inprocess.stats.json).
 VERDICTS = ROOT / "tools" / "mutation_verdicts"
 _hits: set[str] = set()
 
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     VERDICTS.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), CRS_INPROCESS_MODULE=f"crslib.{args.module}",
-               CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_STATS=str(mutants / f"inprocess-{args.module}.stats.json"),
+               CRS_INPROCESS_OUT=str(out), CRS_INPROCESS_STATS=str(mutants / "inprocess.stats.json"),
                CRS_INPROCESS_FUNCTIONS=args.functions,
                CRS_INPROCESS_CAP=str(args.cap), CRS_INPROCESS_SKIP_LISTED="1" if args.skip_listed else "",
                # --recheck reopens the verdicts made before this run only, not those of a run resumed after a crash
@@ -226,6 +227,19 @@ def _reopened(out: Path, meta: Path, before: int) -> set[str]:
             if v["status"] in ("survived", "unfinished") and m not in decided_since}
 
 
+def _merge_stats(stats_file: Path, measured: dict) -> None:
+    """Add this run's measurements to the file every module's runs share (a test's hits name the
+    functions of every mutated module), reading it again first: a run beside this one may have added
+    its own since."""
+    if not measured:
+        return
+    current = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+    current.update(measured)
+    partial = stats_file.with_name(f"{stats_file.name}.{os.getpid()}.tmp")
+    partial.write_text(json.dumps(current, indent=1))
+    os.replace(partial, stats_file)  # a reader beside it sees the old file or the new one, never half
+
+
 def _source_hash(item) -> str:
     """A short hash of a test function's source (of its module's, where it has none of its own)."""
     try:
@@ -263,6 +277,7 @@ def pytest_runtestloop(session) -> bool:
     items = {item.nodeid: item for item in session.items}
     stats_file = Path(os.environ["CRS_INPROCESS_STATS"])
     stats = json.loads(stats_file.read_text()) if stats_file.exists() else {}
+    measured = {}
     trampoline.set_mutant_under_test("stats")
     # a test is measured again when its source changed: an edited test may reach other functions
     sources = {n: _source_hash(item) for n, item in items.items()}
@@ -271,10 +286,11 @@ def pytest_runtestloop(session) -> bool:
         _hits.clear()
         start = time.perf_counter()
         outcome = _run(items[nodeid], None, 900)
-        stats[nodeid] = {"secs": time.perf_counter() - start, "outcome": outcome, "source": sources[nodeid],
-                         "hits": sorted(h for h in _hits if h.startswith("crslib."))}
+        measured[nodeid] = {"secs": time.perf_counter() - start, "outcome": outcome, "source": sources[nodeid],
+                            "hits": sorted(h for h in _hits if h.startswith("crslib."))}
     trampoline.set_mutant_under_test("")
-    stats_file.write_text(json.dumps(stats, indent=1))
+    stats.update(measured)
+    _merge_stats(stats_file, measured)
     failing = [n for n in items if stats[n]["outcome"] != "passed"]
     if failing:
         print(f"tests fail without a mutant (fix them first): {failing}", file=sys.stderr)
