@@ -479,12 +479,15 @@ def test_same_seed_identical_tables_other_seed_other_partitions():
     pd.testing.assert_frame_equal(a.partitions[1].candidates, c.primary.candidates)
 
 
-def test_random_state_none_draws_a_seed_that_is_recorded_and_repeats_the_run(caplog):
+def test_random_state_none_draws_a_seed_that_is_recorded_and_repeats_the_run(caplog, monkeypatch):
     from crslib import risk
 
     emb, y, groups = _data(n_patients=60)
     drawn = {risk._check_seed(None) for _ in range(5)}
     assert len(drawn) == 5 and all(isinstance(s, int) and 0 <= s < 2**31 for s in drawn)
+    with monkeypatch.context() as patch:  # entropy past 2**32: the seed is its remainder below 2**31
+        patch.setattr(np.random, "SeedSequence", lambda: type("Drawn", (), {"entropy": 3 * 2**31 + 7})())
+        assert risk._check_seed(None) == 7
     with caplog.at_level("INFO", logger="crslib.risk"):
         a = representation_risk(emb, y, groups=groups, heads=HEADS, n_partitions=2, random_state=None, **FAST)
     seed = a.settings["random_state"]
