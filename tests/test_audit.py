@@ -261,6 +261,18 @@ def test_rows_in_neither_pool_nor_test_are_left_out_logged_and_given_no_score(ca
     assert caplog.records == []  # every row used: nothing to say
 
 
+def test_patients_in_both_the_pool_and_the_test_split_are_named_and_warned_about(caplog):
+    rng, patients, split, labels = _synthetic(n_patients=40, seed=2)
+    split = split.astype(object)
+    split[[9, 17]] = "train"  # one image each of test patients 4 and 8 moves to the pool
+    X = rng.normal(size=(len(split), 2))
+    with caplog.at_level(logging.WARNING, logger="crslib.audit"):
+        result = A.partition_audit(X, split, groups=patients, n_resamples=20)
+    assert result.shared_patients == ["4", "8"]
+    assert [r.getMessage() for r in caplog.records] == [
+        "2 patient(s) have images in both the pool and the 'test' split (first: ['4', '8'])"]
+
+
 def test_partition_audit_names_the_argument_and_what_to_pass_in_its_errors():
     rng, patients, split, labels = _synthetic(n_patients=20)
     X = rng.normal(size=(len(split), 2))
