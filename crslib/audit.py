@@ -487,8 +487,6 @@ def partition_audit(
         proba, _ = out_of_fold_proba(model, Xu, y, folds_u, 2, random_state)
         score = proba[:, 1]
 
-        rows = []
-
         def scope_row(scope: str, mask: np.ndarray) -> dict[str, Any]:
             yy, ss, gg = y[mask], score[mask], g[mask]
             n_pool, n_test = int((yy == 0).sum()), int((yy == 1).sum())

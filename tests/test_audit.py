@@ -264,13 +264,13 @@ def test_rows_in_neither_pool_nor_test_are_left_out_logged_and_given_no_score(ca
 def test_patients_in_both_the_pool_and_the_test_split_are_named_and_warned_about(caplog):
     rng, patients, split, labels = _synthetic(n_patients=40, seed=2)
     split = split.astype(object)
-    split[[9, 17]] = "train"  # one image each of test patients 4 and 8 moves to the pool
+    split[[9, 17, 25, 33]] = "train"  # one image each of test patients 4, 8, 12 and 16 moves to the pool
     X = rng.normal(size=(len(split), 2))
     with caplog.at_level(logging.WARNING, logger="crslib.audit"):
         result = A.partition_audit(X, split, groups=patients, n_resamples=20)
-    assert result.shared_patients == ["4", "8"]
+    assert result.shared_patients == ["12", "16", "4", "8"]  # ids compared as text
     assert [r.getMessage() for r in caplog.records] == [
-        "2 patient(s) have images in both the pool and the 'test' split (first: ['4', '8'])"]
+        "4 patient(s) have images in both the pool and the 'test' split (first: ['12', '16', '4'])"]
 
 
 def test_partition_audit_names_the_argument_and_what_to_pass_in_its_errors():
@@ -284,6 +284,7 @@ def test_partition_audit_names_the_argument_and_what_to_pass_in_its_errors():
         (dict(groups=None), "groups is required: pass patient ids (groups=manifest['patient_id'])"),
         (dict(labels=labels[:-1]), f"labels has {len(X) - 1} values but X has {len(X)} rows"),
         (dict(n_splits=1), "n_splits must be an integer >= 2, got 1"),
+        (dict(n_splits=6), "partition audit: class 1 has only 5 patient(s), fewer than n_splits=6"),
         (dict(n_resamples=0), "n_resamples must be an integer >= 1, got 0"),
         (dict(n_permutations=-1), "n_permutations must be an integer >= 0, got -1"),
     ]
@@ -568,6 +569,10 @@ def test_forest_model_and_estimator_are_accepted():
     custom = A.partition_audit(X, split, groups=patients, model=LogisticRegression(), n_resamples=50)
     assert forest.model == "forest" and custom.model == "LogisticRegression"
     assert forest.auc > 0.8 and custom.auc > 0.8
+    # the seed reaches the forests: the same seed repeats the scores, another changes them
+    again = A.partition_audit(X, split, groups=patients, model="forest", n_resamples=50)
+    other = A.partition_audit(X, split, groups=patients, model="forest", n_resamples=50, random_state=1)
+    assert np.array_equal(forest.scores, again.scores) and not np.allclose(forest.scores, other.scores)
 
 
 # --------------------------------------------------------------------------- property_matrix
