@@ -227,6 +227,17 @@ def test_knn_means_clip_k_to_the_fitting_rows_and_average_one_hot_targets():
     np.testing.assert_allclose(probes.knn_means(Z_fit, y, Z_query, [7])[7], _brute_knn_means(Z_fit, y, Z_query, 7))
 
 
+def test_knn_means_equal_a_brute_force_search_for_large_k_on_a_large_fitting_set():
+    # np.partition guarantees only the position asked for; on a few hundred rows and a large k its
+    # neighbour is sometimes wrong (not on small inputs), so the k-th distance must be read from there
+    rng = np.random.default_rng(3)
+    Z_fit, Z_query, y_fit = rng.normal(size=(300, 2)), rng.normal(size=(200, 2)), rng.normal(size=300)
+    ks = [60, 90, 100]
+    means = probes.knn_means(Z_fit, y_fit, Z_query, ks)
+    for k in ks:
+        np.testing.assert_allclose(means[k], _brute_knn_means(Z_fit, y_fit, Z_query, k), err_msg=f"k={k}")
+
+
 def test_fit_knn_head_picks_k_by_inner_score_and_predicts_every_row_from_the_training_rows():
     Z, y, tr, folds = _task(n=120)
     tr = np.arange(80)
