@@ -247,8 +247,9 @@ def test_rows_in_neither_pool_nor_test_are_left_out_logged_and_given_no_score(ca
     assert result.used.tolist() == [False] * 6 + [True] * (len(split) - 6)
     assert np.isnan(result.scores[:6]).all() and not np.isnan(result.scores[6:]).any()
     assert (result.folds[:6] == -1).all() and (result.folds[6:] >= 0).all()
-    assert result.table.loc[0, ["n_pool", "n_test"]].tolist() == [
-        int(np.isin(split, ["train", "val"]).sum()), int((split == "test").sum())]
+    in_pool, in_test = np.isin(split, ["train", "val"]), split == "test"
+    assert result.table.loc[0, ["n_pool", "n_test", "n_pool_patients", "n_test_patients"]].tolist() == [
+        in_pool.sum(), in_test.sum(), len(set(patients[in_pool])), len(set(patients[in_test]))]
     # the defaults: 1,000 resamples and no permutation test
     explicit = A.partition_audit(X, split, groups=patients, n_resamples=1000, n_permutations=0)
     pd.testing.assert_frame_equal(result.table, explicit.table)
