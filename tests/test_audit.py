@@ -262,6 +262,27 @@ def test_rows_in_neither_pool_nor_test_are_left_out_logged_and_given_no_score(ca
     assert caplog.records == []  # every row used: nothing to say
 
 
+def test_partition_intervals_are_the_patient_bootstrap_of_the_out_of_fold_scores():
+    from crslib.stats import auroc, bootstrap_ci
+
+    rng, patients, split, labels = _synthetic(n_patients=60, seed=3)
+    labels = labels.astype(object)
+    labels[np.isin(patients, [1, 2, 3])] = "pool only"  # a class with no test image: no AUC
+    X = np.c_[(split == "test") + rng.normal(size=len(split)), rng.normal(size=len(split))]
+    result = A.partition_audit(X, split, groups=patients, labels=labels, n_resamples=200, confidence=0.8,
+                               random_state=5)
+    y, g = result.is_test.astype(int), np.array([str(p) for p in patients], dtype=object)
+    assert result.table["scope"].tolist() == ["all", "class=0", "class=1", "class=pool only"]
+    for scope, mask in [("all", np.ones(len(y), bool)), ("class=0", labels == 0), ("class=1", labels == 1)]:
+        ci = bootstrap_ci(auroc, y[mask], result.scores[mask], groups=g[mask], n_resamples=200, confidence=0.8,
+                          random_state=5)
+        row = result.table.set_index("scope").loc[scope]
+        assert [row["auc"], row["low"], row["high"]] == [ci.estimate, ci.low, ci.high], scope
+    pool_only = result.table.set_index("scope").loc["class=pool only"]
+    assert pool_only[["n_pool", "n_test", "n_pool_patients", "n_test_patients"]].tolist() == [6, 0, 3, 0]
+    assert pool_only[["auc", "low", "high"]].isna().all()
+
+
 def test_patients_in_both_the_pool_and_the_test_split_are_named_and_warned_about(caplog):
     rng, patients, split, labels = _synthetic(n_patients=40, seed=2)
     split = split.astype(object)
@@ -608,6 +629,8 @@ def test_property_matrix_encodes_and_is_deterministic():
     assert pm.feature_groups["file_size_missing"] == "file_size" and pm.feature_groups["png_chunks:tEXt"] == "png_chunks"
     shuffled = S.property_matrix(props.iloc[::-1])
     assert list(shuffled.features.columns) == list(X.columns)
+    assert shuffled.features.index.tolist() == [3, 2, 1, 0]  # the properties' index, row for row
+    pd.testing.assert_frame_equal(shuffled.features.loc[X.index], X)
     assert X.dtypes.map(lambda d: d.kind == "f").all()
 
 
