@@ -253,7 +253,7 @@ def test_rows_in_neither_pool_nor_test_are_left_out_logged_and_given_no_score(ca
     # the defaults: 1,000 resamples and no permutation test
     explicit = A.partition_audit(X, split, groups=patients, n_resamples=1000, n_permutations=0)
     pd.testing.assert_frame_equal(result.table, explicit.table)
-    assert result.null.shape == (0, 1) and np.isnan(result.table.loc[0, "p_value"])
+    assert result.null.shape == (0, 1) and result.null.dtype == np.float64 and np.isnan(result.table.loc[0, "p_value"])
     assert 0.5 < result.table.loc[0, "auc"] < 0.95
     assert result.table.loc[0, "low"] != A.partition_audit(X, split, groups=patients, n_resamples=999).table.loc[0, "low"]
     caplog.clear()
@@ -314,6 +314,28 @@ def test_partition_audit_names_the_argument_and_what_to_pass_in_its_errors():
         kwargs = dict(X=X, split=split, groups=patients, labels=labels) | change
         with pytest.raises(InputError) as error:
             A.partition_audit(kwargs.pop("X"), kwargs.pop("split"), **kwargs)
+        assert str(error.value).startswith(message), (change, str(error.value))
+
+
+def test_shortcut_audit_names_the_argument_and_what_to_pass_in_its_errors():
+    rng, patients, split, labels = _synthetic(n_patients=20)
+    X = rng.normal(size=(len(split), 2))
+    bad_X = X.copy()
+    bad_X[5] = np.inf
+    cases = [
+        (dict(properties_X=bad_X), "properties_X has NaN or infinite values in 1 row(s) (first: [5])"),
+        (dict(labels=None), "labels is required: pass the class of each row"),
+        (dict(split=None), "split is required: pass the split name of each row"),
+        (dict(groups=None), "groups is required: pass patient ids (groups=manifest['patient_id'])"),
+        (dict(n_splits=1), "n_splits must be an integer >= 2, got 1"),
+        (dict(n_resamples=0), "n_resamples must be an integer >= 1, got 0"),
+        (dict(n_repeats=0), "n_repeats must be an integer >= 1, got 0"),
+        (dict(n_permutations=-1), "n_permutations must be an integer >= 0, got -1"),
+    ]
+    for change, message in cases:
+        kwargs = dict(properties_X=X, labels=labels, split=split, groups=patients) | change
+        with pytest.raises(InputError) as error:
+            S.shortcut_audit(kwargs.pop("properties_X"), kwargs.pop("labels"), kwargs.pop("split"), **kwargs)
         assert str(error.value).startswith(message), (change, str(error.value))
 
 
