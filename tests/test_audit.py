@@ -617,6 +617,10 @@ def test_forest_model_and_estimator_are_accepted():
     again = A.partition_audit(X, split, groups=patients, model="forest", n_resamples=50)
     other = A.partition_audit(X, split, groups=patients, model="forest", n_resamples=50, random_state=1)
     assert np.array_equal(forest.scores, again.scores) and not np.allclose(forest.scores, other.scores)
+    # and the forests of the permutation test: the same null again
+    nulls = [A.partition_audit(X, split, groups=patients, model="forest", n_splits=2, n_resamples=20,
+                               n_permutations=2).null for _ in range(2)]
+    assert np.array_equal(nulls[0], nulls[1]) and np.isfinite(nulls[0]).all()
 
 
 # --------------------------------------------------------------------------- property_matrix
