@@ -470,6 +470,12 @@ def test_shortcut_audit_defaults_seeds_and_grouped_intervals_are_what_it_documen
     np.testing.assert_array_equal(runs[0].null, runs[1].null)
     pd.testing.assert_frame_equal(runs[0].importances, runs[1].importances)
     assert np.array_equal(runs[0].folds, runs[1].folds) and runs[0].model == "forest"
+    # ... and the final forest, fitted on the whole pool: on features with no signal its test predictions
+    # follow the seed alone, so they repeat with the seed and change with another
+    noise = np.random.default_rng(11).normal(size=(len(labels), 3))
+    final = [S.shortcut_audit(noise, labels, split, groups=patients, model="forest", n_resamples=20, n_repeats=1,
+                              random_state=seed).test_predictions for seed in (3, 3, 4)]
+    assert np.array_equal(final[0], final[1]) and not np.array_equal(final[0], final[2])
 
 
 def test_shortcut_audit_permutation_null_reruns_the_pool_cross_validation_on_patient_shuffled_labels():
