@@ -270,7 +270,7 @@ def test_partition_intervals_are_the_patient_bootstrap_of_the_out_of_fold_scores
     labels[np.isin(patients, [1, 2, 3])] = "pool only"  # a class with no test image: no AUC
     X = np.c_[(split == "test") + rng.normal(size=len(split)), rng.normal(size=len(split))]
     result = A.partition_audit(X, split, groups=patients, labels=labels, n_resamples=200, confidence=0.8,
-                               random_state=5)
+                               random_state=5, n_permutations=3)
     y, g = result.is_test.astype(int), np.array([str(p) for p in patients], dtype=object)
     assert result.table["scope"].tolist() == ["all", "class=0", "class=1", "class=pool only"]
     for scope, mask in [("all", np.ones(len(y), bool)), ("class=0", labels == 0), ("class=1", labels == 1)]:
@@ -278,6 +278,11 @@ def test_partition_intervals_are_the_patient_bootstrap_of_the_out_of_fold_scores
                           random_state=5)
         row = result.table.set_index("scope").loc[scope]
         assert [row["auc"], row["low"], row["high"]] == [ci.estimate, ci.low, ci.high], scope
+    # the permutation columns summarise each scope's null at the same confidence
+    for j, row in result.table.iterrows():
+        assert row[["p_value", "null_mean", "null_low", "null_high", "evidence"]].to_dict() == pytest.approx(
+            S.permutation_summary(row["auc"], result.null[:, j], confidence=0.8), nan_ok=True)
+    assert result.table.loc[0, "null_high"] - result.table.loc[0, "null_low"] < np.ptp(result.null[:, 0])
     pool_only = result.table.set_index("scope").loc["class=pool only"]
     assert pool_only[["n_pool", "n_test", "n_pool_patients", "n_test_patients"]].tolist() == [6, 0, 3, 0]
     assert pool_only[["auc", "low", "high"]].isna().all()
