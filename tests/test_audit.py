@@ -258,8 +258,9 @@ def test_rows_in_neither_pool_nor_test_are_left_out_logged_and_given_no_score(ca
     assert result.table.loc[0, "low"] != A.partition_audit(X, split, groups=patients, n_resamples=999).table.loc[0, "low"]
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="crslib.audit"):
-        A.partition_audit(X[6:], split[6:], groups=patients[6:], n_resamples=20)
+        every_row = A.partition_audit(X[6:], split[6:], groups=patients[6:], n_resamples=20, n_splits=3)
     assert caplog.records == []  # every row used: nothing to say
+    assert (result.n_splits, every_row.n_splits) == (5, 3) and set(every_row.folds.tolist()) == {0, 1, 2}
 
 
 def test_partition_intervals_are_the_patient_bootstrap_of_the_out_of_fold_scores():
@@ -1047,6 +1048,16 @@ def test_run_audit_without_patient_ids_warns(phantoms, caplog):
 def small(phantoms):
     d = phantoms["std_null"]
     return d["manifest"], d["props"]
+
+
+def test_run_audit_resamples_a_thousand_times_by_default(small):
+    m, props = small
+    by_default = A.run_audit(m, props, n_repeats=1, n_permutations=0)
+    explicit = A.run_audit(m, props, n_repeats=1, n_permutations=0, n_resamples=1000)
+    fewer = A.run_audit(m, props, n_repeats=1, n_permutations=0, n_resamples=999)
+    pd.testing.assert_frame_equal(by_default.partition_properties.table, explicit.partition_properties.table)
+    pd.testing.assert_frame_equal(by_default.shortcut.table, explicit.shortcut.table)
+    assert not by_default.shortcut.table[["low", "high"]].equals(fewer.shortcut.table[["low", "high"]])
 
 
 def test_run_audit_requires_a_split_column(small):
