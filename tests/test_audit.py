@@ -1050,13 +1050,15 @@ def small(phantoms):
     return d["manifest"], d["props"]
 
 
-def test_run_audit_resamples_a_thousand_times_by_default(small):
+def test_run_audit_resamples_a_thousand_times_and_repeats_ten_times_by_default(small):
     m, props = small
-    by_default = A.run_audit(m, props, n_repeats=1, n_permutations=0)
-    explicit = A.run_audit(m, props, n_repeats=1, n_permutations=0, n_resamples=1000)
+    by_default = A.run_audit(m, props, n_permutations=0)
+    explicit = A.run_audit(m, props, n_repeats=10, n_permutations=0, n_resamples=1000)
     fewer = A.run_audit(m, props, n_repeats=1, n_permutations=0, n_resamples=999)
     pd.testing.assert_frame_equal(by_default.partition_properties.table, explicit.partition_properties.table)
     pd.testing.assert_frame_equal(by_default.shortcut.table, explicit.shortcut.table)
+    pd.testing.assert_frame_equal(by_default.shortcut.importances, explicit.shortcut.importances)
+    assert (by_default.shortcut.n_repeats, fewer.shortcut.n_repeats) == (10, 1)
     assert not by_default.shortcut.table[["low", "high"]].equals(fewer.shortcut.table[["low", "high"]])
 
 
