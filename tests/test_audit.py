@@ -1093,6 +1093,9 @@ def test_single_class_in_a_split_is_rejected(small):
     one_class = m.assign(label=np.where(m["split"] == "test", 1, m["label"]))
     with pytest.raises(DataError, match=r"'test' split holds a single class"):
         A.run_audit(one_class, props)
+    # the message names the label column it read
+    with pytest.raises(DataError, match=r"the 'test' split holds a single class \('1'\) in 'diagnosis'"):
+        A.run_audit(one_class.rename(columns={"label": "diagnosis"}), props, label_column="diagnosis")
     X = S.property_matrix(props)
     with pytest.raises(InputError, match=r"'test' split holds a single class"):
         S.shortcut_audit(X, one_class["label"], m["split"], groups=m["patient_id"])
@@ -1200,6 +1203,16 @@ def test_run_audit_with_fingerprints_reports_the_planted_duplicates(leaky_audits
     assert d["n_leaked_test_images"] == len(expected.leaked_test_ids()) > 3
     assert len(d["exact"]["clusters"]) == 4 and d["exact"]["clusters"][0]["scope"] == "across"
     assert A.NO_FINGERPRINTS not in result.notes
+
+
+def test_run_audit_passes_its_embeddings_and_pool_to_the_leakage_audit(folders):  # noqa: F811
+    manifest, fingerprints = folders["leaky"]
+    emb = np.random.default_rng(4).normal(size=(len(manifest), 8))
+    result = _leakage_audit_of(folders["leaky"], embeddings=emb, pool=("train",))
+    expected = leakage_audit(manifest, fingerprints, emb, pool=("train",))
+    assert result.leakage.embedding is not None
+    assert json.loads(result.to_json())["leakage"] == json.loads(expected.to_json())
+    assert json.loads(expected.to_json()) != json.loads(leakage_audit(manifest, fingerprints, emb).to_json())
 
 
 def test_fingerprints_of_another_manifest_are_refused_by_run_audit(folders):  # noqa: F811
