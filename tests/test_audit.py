@@ -1207,12 +1207,23 @@ def test_run_audit_with_fingerprints_reports_the_planted_duplicates(leaky_audits
 
 def test_run_audit_passes_its_embeddings_and_pool_to_the_leakage_audit(folders):  # noqa: F811
     manifest, fingerprints = folders["leaky"]
+    manifest = manifest.assign(split=manifest["split"].replace("test", "holdout"))
     emb = np.random.default_rng(4).normal(size=(len(manifest), 8))
-    result = _leakage_audit_of(folders["leaky"], embeddings=emb, pool=("train",))
-    expected = leakage_audit(manifest, fingerprints, emb, pool=("train",))
+    result = _leakage_audit_of((manifest, fingerprints), embeddings=emb, pool=("train",), test="holdout")
+    expected = leakage_audit(manifest, fingerprints, emb, pool=("train",), test="holdout")
     assert result.leakage.embedding is not None
     assert json.loads(result.to_json())["leakage"] == json.loads(expected.to_json())
-    assert json.loads(expected.to_json()) != json.loads(leakage_audit(manifest, fingerprints, emb).to_json())
+    assert json.loads(expected.to_json()) != json.loads(
+        leakage_audit(manifest, fingerprints, emb, test="holdout").to_json())
+
+
+def test_run_audit_notes_the_files_that_could_not_be_read(small):
+    m, props = small
+    options = dict(n_resamples=20, n_repeats=1, n_splits=3, n_permutations=0)
+    assert not any("could not be read" in note for note in A.run_audit(m, props, **options).notes)
+    unreadable = props.assign(readable=np.arange(len(props)) >= 2)
+    notes = A.run_audit(m, unreadable, **options).notes
+    assert "2 file(s) could not be read; their properties are missing (kept as rows)" in notes
 
 
 def test_fingerprints_of_another_manifest_are_refused_by_run_audit(folders):  # noqa: F811
