@@ -301,47 +301,30 @@ def test_patients_in_both_the_pool_and_the_test_split_are_named_and_warned_about
         "4 patient(s) have images in both the pool and the 'test' split (first: ['12', '16', '4'])"]
 
 
-def test_partition_audit_names_the_argument_and_what_to_pass_in_its_errors():
+@pytest.mark.parametrize("audit", ["partition", "shortcut"])
+def test_the_audits_name_the_argument_and_what_to_pass_in_their_errors(audit):
     rng, patients, split, labels = _synthetic(n_patients=20)
     X = rng.normal(size=(len(split), 2))
     bad_X = X.copy()
     bad_X[3] = np.nan
+    call, x_name = (A.partition_audit, "X") if audit == "partition" else (S.shortcut_audit, "properties_X")
     cases = [
-        (dict(X=bad_X), "X has NaN or infinite values in 1 row(s) (first: [3])"),
-        (dict(split=None), "split is required: pass the split name of each row"),
-        (dict(groups=None), "groups is required: pass patient ids (groups=manifest['patient_id'])"),
-        (dict(labels=labels[:-1]), f"labels has {len(X) - 1} values but X has {len(X)} rows"),
-        (dict(n_splits=1), "n_splits must be an integer >= 2, got 1"),
-        (dict(n_splits=6), "partition audit: class 1 has only 5 patient(s), fewer than n_splits=6"),
-        (dict(n_resamples=0), "n_resamples must be an integer >= 1, got 0"),
-        (dict(n_permutations=-1), "n_permutations must be an integer >= 0, got -1"),
-    ]
-    for change, message in cases:
-        kwargs = dict(X=X, split=split, groups=patients, labels=labels) | change
-        with pytest.raises(InputError) as error:
-            A.partition_audit(kwargs.pop("X"), kwargs.pop("split"), **kwargs)
-        assert str(error.value).startswith(message), (change, str(error.value))
-
-
-def test_shortcut_audit_names_the_argument_and_what_to_pass_in_its_errors():
-    rng, patients, split, labels = _synthetic(n_patients=20)
-    X = rng.normal(size=(len(split), 2))
-    bad_X = X.copy()
-    bad_X[5] = np.inf
-    cases = [
-        (dict(properties_X=bad_X), "properties_X has NaN or infinite values in 1 row(s) (first: [5])"),
-        (dict(labels=None), "labels is required: pass the class of each row"),
+        ({x_name: bad_X}, f"{x_name} has NaN or infinite values in 1 row(s) (first: [3])"),
         (dict(split=None), "split is required: pass the split name of each row"),
         (dict(groups=None), "groups is required: pass patient ids (groups=manifest['patient_id'])"),
         (dict(n_splits=1), "n_splits must be an integer >= 2, got 1"),
         (dict(n_resamples=0), "n_resamples must be an integer >= 1, got 0"),
-        (dict(n_repeats=0), "n_repeats must be an integer >= 1, got 0"),
         (dict(n_permutations=-1), "n_permutations must be an integer >= 0, got -1"),
     ]
+    if audit == "partition":
+        cases += [(dict(labels=labels[:-1]), f"labels has {len(X) - 1} values but X has {len(X)} rows"),
+                  (dict(n_splits=6), "partition audit: class 1 has only 5 patient(s), fewer than n_splits=6")]
+    else:
+        cases += [(dict(labels=None), "labels is required: pass the class of each row"),
+                  (dict(n_repeats=0), "n_repeats must be an integer >= 1, got 0")]
     for change, message in cases:
-        kwargs = dict(properties_X=X, labels=labels, split=split, groups=patients) | change
         with pytest.raises(InputError) as error:
-            S.shortcut_audit(kwargs.pop("properties_X"), kwargs.pop("labels"), kwargs.pop("split"), **kwargs)
+            call(**({x_name: X, "split": split, "groups": patients, "labels": labels} | change))
         assert str(error.value).startswith(message), (change, str(error.value))
 
 
