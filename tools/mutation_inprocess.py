@@ -6,10 +6,10 @@ trampoline picks the mutant to run on every call, from ``MUTANT_UNDER_TEST``, so
 session can run them all: this plugin runs the module's own tests (those of
 ``tests/conftest.py``'s ``OWN_TESTS``) once to learn which mutated functions each reaches and
 how long it takes (a measurement every module's runs share), then, for each mutant, the tests
-reaching its function (fastest first; see below), until one fails (killed; a test over ten times its clean time is a timeout, also caught) or
-all pass (survived). Every fixture is torn down between mutants, as in a fresh process;
-module-level state (imports, caches) is not, so a survivor is rerun with mutmut
-(``make mutation RECHECK=1``) before it is listed as equivalent.
+reaching its function (fastest first; see below), until one fails (killed; a test over ten times
+its clean time is a timeout, also caught) or all pass (survived). Every fixture is torn down
+between mutants, as in a fresh process; module-level state (imports, caches) is not, so a survivor
+is rerun with mutmut (``make mutation RECHECK=1``) before it is listed as equivalent.
 
 Mutants already listed in ``tools/mutation_equivalent.toml`` run last (``--skip-listed`` leaves
 them out: each costs all its tests, and the report counts them from mutmut's own run), and ``--cap`` stops a
@@ -125,8 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     meta = mutants / "crslib" / f"{args.module}.py.meta"
     if args.compact:
         if out.exists():
-            out.write_text("".join(json.dumps(v) + "\n" for v in current_verdicts(out, meta).values()))
-            print(summary(list(current_verdicts(out, meta).values())))
+            kept = list(current_verdicts(out, meta).values())
+            out.write_text("".join(json.dumps(v) + "\n" for v in kept))
+            print(summary(kept))
         return 0
     VERDICTS.mkdir(exist_ok=True)
     env = dict(os.environ, PYTHONPATH=str(ROOT / "tools"), CRS_INPROCESS_MODULE=f"crslib.{args.module}",
