@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.compact:
         if out.exists():
             kept = list(current_verdicts(out, meta).values())
-            out.write_text("".join(json.dumps(v) + "\n" for v in kept))
+            out.write_text("".join(json.dumps(v, separators=(",", ":")) + "\n" for v in kept))
             print(summary(kept))
         return 0
     VERDICTS.mkdir(exist_ok=True)
