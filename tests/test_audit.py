@@ -1200,6 +1200,21 @@ def test_run_audit_passes_its_embeddings_and_pool_to_the_leakage_audit(folders):
         leakage_audit(manifest, fingerprints, emb, test="holdout").to_json())
 
 
+def test_run_audit_records_the_provenance_of_its_label_column_and_patients(small):
+    m, props = small
+    m = m.rename(columns={"label": "diagnosis"})
+    test_patient = m.loc[m["split"] == "test", "patient_id"].iloc[0]
+    m.loc[m.index[(m["patient_id"] == test_patient).to_numpy()][0], "split"] = "train"  # one image moves to the pool
+    result = A.run_audit(m, props, label_column="diagnosis", n_resamples=20, n_repeats=1, n_splits=3,
+                         n_permutations=0)
+    expected = A.split_provenance(m, label_column="diagnosis", groups=m["patient_id"].astype(str).to_numpy())
+    assert json.dumps(result.provenance, sort_keys=True, default=str) == json.dumps(expected, sort_keys=True,
+                                                                                    default=str)
+    assert expected["n_patients_in_several_splits"] == 1
+    assert "1 patient(s) have images in more than one split" in result.notes
+    assert json.dumps(expected, default=str) != json.dumps(A.split_provenance(m, label_column=None), default=str)
+
+
 def test_run_audit_notes_the_files_that_could_not_be_read(small):
     m, props = small
     options = dict(n_resamples=20, n_repeats=1, n_splits=3, n_permutations=0)
