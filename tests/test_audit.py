@@ -503,26 +503,30 @@ def test_shortcut_audit_permutation_null_reruns_the_pool_cross_validation_on_pat
         assert summary["null_high"] - summary["null_low"] < np.ptp(expected[:, j])
 
 
-def test_shortcut_audit_says_when_a_permutation_fold_loses_a_class(monkeypatch):
+@pytest.mark.parametrize("audit", ["partition", "shortcut"])
+def test_the_audits_say_when_a_permutation_fold_loses_a_class(monkeypatch, audit):
     """Shuffled labels keep each class's patient count, but their folds can still leave a class out of training:
     the error then names the permutation step, not the pool's cross-validation."""
     import crslib.splits as splits
 
     assign, calls = splits.stratified_group_kfold, []
 
-    def all_of_class_one_in_fold_zero_after_the_pool(y, groups, n_splits, random_state):
+    def all_of_class_one_in_fold_zero_after_the_first(y, groups, n_splits, random_state):
         calls.append(random_state)
         folds = assign(y, groups, n_splits, random_state)
         return folds if len(calls) == 1 else np.where(np.asarray(y) == 1, 0, folds)
 
-    monkeypatch.setattr(splits, "stratified_group_kfold", all_of_class_one_in_fold_zero_after_the_pool)
+    monkeypatch.setattr(splits, "stratified_group_kfold", all_of_class_one_in_fold_zero_after_the_first)
     rng, patients, split, labels = _synthetic(n_patients=60, seed=4)
+    X = rng.normal(size=(len(labels), 2))
     with pytest.raises(InputError) as error:
-        S.shortcut_audit(rng.normal(size=(len(labels), 2)), labels, split, groups=patients, n_permutations=1,
-                         n_resamples=5, n_repeats=1)
-    assert str(error.value) == ("shortcut audit (permutation): fold 0 leaves a class out of its training rows "
+        if audit == "shortcut":
+            S.shortcut_audit(X, labels, split, groups=patients, n_permutations=1, n_resamples=5, n_repeats=1)
+        else:  # class 1 is the test split here
+            A.partition_audit(X, split, groups=patients, n_permutations=1, n_resamples=5)
+    assert str(error.value) == (f"{audit} audit (permutation): fold 0 leaves a class out of its training rows "
                                 "(too few patients per class); pass a smaller n_splits")
-    assert calls == [0, 1]  # the pool's folds, then permutation 0's
+    assert calls == [0, 1]  # the observed folds, then permutation 0's
 
 
 def test_shortcut_audit_orders_importances_by_drop_then_alone_score_then_name():
@@ -1222,6 +1226,48 @@ def test_run_audit_notes_the_files_that_could_not_be_read(small):
     unreadable = props.assign(readable=np.arange(len(props)) >= 2)
     notes = A.run_audit(m, unreadable, **options).notes
     assert "2 file(s) could not be read; their properties are missing (kept as rows)" in notes
+
+
+def test_run_audit_passes_its_options_to_each_audit_it_combines(small):
+    """Each part equals the direct call with the same non-default options, and differs from the defaults'."""
+    m, props = small
+    options = dict(pool=("train",), n_splits=3, n_resamples=40, confidence=0.8, random_state=3, model="forest")
+    emb = np.random.default_rng(0).normal(size=(len(m), 3))
+    result = A.run_audit(m, props, embeddings=emb, n_repeats=1, n_permutations=2, **options)
+    X = S.property_matrix(props)
+    split, groups, labels = m["split"], m["patient_id"].astype(str), m["label"].to_numpy(dtype=object)
+    for part, features in ((result.partition_properties, X), (result.partition_embeddings, emb)):
+        expected = A.partition_audit(features, split, groups=groups, labels=labels, n_permutations=2, **options)
+        pd.testing.assert_frame_equal(part.table, expected.table)
+        np.testing.assert_array_equal(part.null, expected.null)
+        assert part.table["scope"].tolist() == ["all", "class=0", "class=1"]
+        assert part.table.loc[0, "n_pool"] == int((split == "train").sum())  # val rows are outside this pool
+    shortcut = S.shortcut_audit(X, labels, split, groups=groups, n_repeats=1, n_permutations=2, **options)
+    pd.testing.assert_frame_equal(result.shortcut.table, shortcut.table)
+    pd.testing.assert_frame_equal(result.shortcut.importances, shortcut.importances)
+    # each option changes the result here, so a part that dropped one would not equal its direct call
+    for dropped in options:
+        other = A.partition_audit(X, split, groups=groups, labels=labels, n_permutations=2,
+                                  **{k: v for k, v in options.items() if k != dropped})
+        assert not other.table.equals(result.partition_properties.table), dropped
+
+
+def test_run_audit_without_any_id_counts_images_as_patients_and_skips_permutations_of_large_embeddings(
+        small, monkeypatch):
+    m, props = small
+    m = m.drop(columns=["patient_id", "image_id"])
+    monkeypatch.setattr(A, "EMBEDDING_PERMUTATION_LIMIT", 10)
+    monkeypatch.setattr(A, "DEFAULT_PERMUTATIONS", 3)
+    emb = np.random.default_rng(1).normal(size=(len(m), 2))
+    result = A.run_audit(m, props, embeddings=emb, n_resamples=20, n_repeats=1, n_splits=4)
+    assert all(s["patients"] == s["images"] for s in result.provenance["splits"])
+    assert result.provenance["n_patients_in_several_splits"] == 0
+    expected = A.split_provenance(m, groups=np.arange(len(m)).astype(str))
+    assert json.dumps(result.provenance, default=str) == json.dumps(expected, default=str)
+    assert (result.partition_properties.n_permutations, result.shortcut.n_permutations) == (3, 3)
+    assert result.partition_embeddings.n_permutations == 0
+    assert (f"no permutation test for the embeddings ({len(m)} x 2 values would need 12 refits); pass "
+            "n_permutations to run one") in result.notes
 
 
 def test_fingerprints_of_another_manifest_are_refused_by_run_audit(folders):  # noqa: F811
