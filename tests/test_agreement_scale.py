@@ -623,6 +623,9 @@ def test_approximate_bad_input(monkeypatch):
         (("nprobe", 0),): "nprobe must be a positive integer, got 0",
         (("nlist", 0),): "nlist must be a positive integer, got 0",
         (("nlist", 500),): "nlist=500 must not exceed the number of images N=100",
+        (("hnsw_m", 0),): "hnsw_m must be a positive integer, got 0",
+        (("ef_search", 0),): "ef_search must be a positive integer or None, got 0",
+        (("refine_factor", 0),): "refine_factor must be a positive integer, got 0",
         (("k", 100),): ("k=100 must be smaller than the number of images N=100 (each image has at most N-1=99 "
                         "neighbours); lower k or add images"),
         (("method", "ivfpq"),): ("index 'ivfpq' needs at least 9,984 images to train its product quantizer "
@@ -634,6 +637,16 @@ def test_approximate_bad_input(monkeypatch):
     for method in ("ivf", "hnsw"):
         assert error_message(ann.approximate_knn_indices, X, method=method) == (
             "approximate kNN search needs the faiss-cpu package; install it or use index='exact'")
+
+
+def test_an_explicit_ef_search_sets_the_graph_search_pool():
+    """A pool as large as the data finds the exact neighbours; a pool of one candidate misses some."""
+    X = _rng(5).normal(size=(600, 128))
+    exact = nb.knn_indices(X, k=10)
+    for method in ("hnsw", "hnswsq"):
+        np.testing.assert_array_equal(ann.approximate_knn_indices(X, k=10, method=method, ef_search=600), exact)
+        narrow = ann.approximate_knn_indices(X, k=10, method=method, ef_search=1)
+        assert (narrow != exact).any(axis=1).sum() >= 5, method
 
 
 # --------------------------------------------------------------------------- overlap error bound

@@ -1102,6 +1102,13 @@ def test_label_with_nan_is_rejected(small):
 
 def test_misaligned_inputs_are_rejected(small):
     m, props = small
+    with pytest.raises(DataError) as error:
+        A.run_audit(m.to_dict("list"), props)
+    assert str(error.value) == "manifest must be a pandas DataFrame, got dict"
+    with pytest.raises(DataError) as error:
+        A.run_audit(m, props.to_numpy())
+    assert str(error.value) == ("properties must be a DataFrame from crslib.data.file_properties(manifest), got "
+                                "ndarray")
     X = S.property_matrix(props)
     with pytest.raises(InputError, match=r"split has \d+ values but X has \d+ rows"):
         A.partition_audit(X, m["split"].iloc[:-1], groups=m["patient_id"])
@@ -1216,13 +1223,16 @@ def test_run_audit_records_the_provenance_of_its_label_column_and_patients(small
                                                                                     default=str)
     assert expected["n_patients_in_several_splits"] == 1
     assert "1 patient(s) have images in more than one split" in result.notes
+    assert result.label_column == "diagnosis"
     assert json.dumps(expected, default=str) != json.dumps(A.split_provenance(m, label_column=None), default=str)
 
 
 def test_run_audit_notes_the_files_that_could_not_be_read(small):
     m, props = small
     options = dict(n_resamples=20, n_repeats=1, n_splits=3, n_permutations=0)
-    assert not any("could not be read" in note for note in A.run_audit(m, props, **options).notes)
+    readable = A.run_audit(m, props, **options)
+    assert not any("could not be read" in note for note in readable.notes)
+    assert readable.partition_embeddings is None and readable.embedding_name is None  # no embeddings were given
     unreadable = props.assign(readable=np.arange(len(props)) >= 2)
     notes = A.run_audit(m, unreadable, **options).notes
     assert "2 file(s) could not be read; their properties are missing (kept as rows)" in notes
