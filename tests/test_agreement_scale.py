@@ -649,6 +649,17 @@ def test_an_explicit_ef_search_sets_the_graph_search_pool():
         assert (narrow != exact).any(axis=1).sum() >= 5, method
 
 
+def test_nprobe_leaves_a_graph_index_to_tune_its_pool():
+    """nprobe counts IVF lists: a graph index ignores it and still tunes its candidate pool to the target."""
+    X = _rng(2).normal(size=(2000, 16))
+    plain, info = ann.knn_search(X, k=10, index="hnsw", recall_sample=200)
+    with_nprobe, info_nprobe = ann.knn_search(X, k=10, index="hnsw", recall_sample=200, nprobe=5)
+    assert info["params"]["tuning"] == [{"ef_search": 64, "recall": 1.0, "ci_low": 0.9943}]
+    assert json.dumps(info_nprobe["params"], sort_keys=True, default=str) == json.dumps(info["params"],
+                                                                                    sort_keys=True, default=str)
+    np.testing.assert_array_equal(with_nprobe, plain)
+
+
 # --------------------------------------------------------------------------- overlap error bound
 
 
@@ -721,7 +732,7 @@ def test_knn_search_auto_threshold():
     Y = _clustered(PQ_ROWS, d=32, n_centres=500, spread=0.5, seed=10)
     _, info = ann.knn_search(Y, k=10, index="ivfpq", recall_sample=500, target_recall=None)
     assert info["index"] == "ivfpq" and info["recall"] >= 0.9
-    assert info["params"]["pq_m"] == 4 and info["params"]["refine_factor"] == 8
+    assert info["params"]["pq_m"] == 4 and info["params"]["refine_factor"] == 8 and info["params"]["pq_bits"] == 8
 
     _, info = ann.knn_search(X, k=10, index="hnsw", recall_sample=50_000, target_recall=None)
     assert info["index"] == "hnsw" and info["recall_sample"] == 5000
