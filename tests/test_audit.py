@@ -65,16 +65,25 @@ PHANTOMS = {
 }
 
 
+class _Phantoms(dict):
+    """The PHANTOMS by name, each generated when a test first asks for it (a test of bad input needs one)."""
+
+    def __init__(self, tmp_path_factory):
+        super().__init__()
+        self._tmp_path_factory = tmp_path_factory
+
+    def __missing__(self, name: str) -> dict:
+        kwargs = PHANTOMS[name]
+        manifest = generate_phantom(self._tmp_path_factory.mktemp(name), n_patients=N_PATIENTS, image_size=SIZE,
+                                    random_state=0, prevalence=_equal_prevalence(kwargs["kermany_layout"]), **kwargs)
+        props = file_properties(manifest)
+        self[name] = {"manifest": manifest, "props": props, "X": S.property_matrix(props)}
+        return self[name]
+
+
 @pytest.fixture(scope="module")
 def phantoms(tmp_path_factory):
-    out = {}
-    for name, kwargs in PHANTOMS.items():
-        folder = tmp_path_factory.mktemp(name)
-        manifest = generate_phantom(folder, n_patients=N_PATIENTS, image_size=SIZE, random_state=0,
-                                    prevalence=_equal_prevalence(kwargs["kermany_layout"]), **kwargs)
-        props = file_properties(manifest)
-        out[name] = {"manifest": manifest, "props": props, "X": S.property_matrix(props)}
-    return out
+    return _Phantoms(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
