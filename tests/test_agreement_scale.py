@@ -649,6 +649,19 @@ def test_an_explicit_ef_search_sets_the_graph_search_pool():
         assert (narrow != exact).any(axis=1).sum() >= 5, method
 
 
+def test_knn_search_reports_the_parameters_of_each_graph_index():
+    X = _rng(4).normal(size=(2000, 16))
+    expected = {"hnsw": {"hnsw_m": 32, "ef_search": 64, "exact_fallback_rows": 0},
+                "hnswsq": {"hnsw_m": 32, "storage": "sq8", "reranked": True, "ef_search": 32,
+                           "exact_fallback_rows": 0}}
+    for index, params in expected.items():
+        _, info = ann.knn_search(X, k=10, index=index, recall_sample=200, target_recall=None)
+        reported = dict(info["params"])
+        # the graph's links come on top of the vectors: 4 bytes a value, or 1 as 8-bit codes
+        assert reported.pop("index_mb") > 2000 * 16 * (4 if index == "hnsw" else 1) / 2**20, index
+        assert reported == params
+
+
 def test_nprobe_leaves_a_graph_index_to_tune_its_pool():
     """nprobe counts IVF lists: a graph index ignores it and still tunes its candidate pool to the target."""
     X = _rng(2).normal(size=(2000, 16))

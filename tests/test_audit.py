@@ -1060,8 +1060,12 @@ def test_run_audit_resamples_a_thousand_times_and_repeats_ten_times_by_default(s
 
 def test_run_audit_requires_a_split_column(small):
     m, props = small
-    with pytest.raises(DataError, match="no 'split' column"):
+    with pytest.raises(DataError) as error:
         A.run_audit(m.drop(columns=["split"]), props)
+    assert str(error.value) == (
+        "manifest has no 'split' column (or it was filled with 'unspecified'): the audit compares the official "
+        "test split with the training pool. Add a 'split' column with train/val/test, or load a folder laid out "
+        "as {train,val,test}/{CLASS}/ (e.g. Kermany's chest_xray)")
 
 
 def test_run_audit_rejects_a_filled_split_column(small):
