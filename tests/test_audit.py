@@ -37,6 +37,7 @@ from crslib.probes import logistic_probe
 from crslib.reports import render_audit_html
 from crslib.splits import grouped_folds
 from crslib.stats import auroc, group_permuter
+from assertions import error_message
 
 N_PATIENTS = 200
 SIZE = 40
@@ -1091,8 +1092,12 @@ def test_no_official_test_split_is_explained(small):
 def test_single_class_in_a_split_is_rejected(small):
     m, props = small
     one_class = m.assign(label=np.where(m["split"] == "test", 1, m["label"]))
-    with pytest.raises(DataError, match=r"'test' split holds a single class"):
-        A.run_audit(one_class, props)
+    assert error_message(A.run_audit, one_class, props, error=DataError) == (
+        "the 'test' split holds a single class ('1') in 'label'; the shortcut audit needs both classes in the pool "
+        "and in the test split")
+    one_class_pool = m.assign(label=np.where(m["split"] != "test", 1, m["label"]))
+    assert error_message(A.run_audit, one_class_pool, props, error=DataError).startswith(
+        "the pool ['train', 'val'] holds a single class ('1') in 'label';")
     # the message names the label column it read
     with pytest.raises(DataError, match=r"the 'test' split holds a single class \('1'\) in 'diagnosis'"):
         A.run_audit(one_class.rename(columns={"label": "diagnosis"}), props, label_column="diagnosis")
@@ -1105,12 +1110,13 @@ def test_label_with_nan_is_rejected(small):
     m, props = small
     labels = m["label"].astype(float)
     labels.iloc[3] = np.nan
-    with pytest.raises(DataError, match=r"label column 'label' is missing in 1 row"):
-        A.run_audit(m.assign(label=labels), props)
+    assert error_message(A.run_audit, m.assign(label=labels), props, error=DataError) == (
+        "label column 'label' is missing in 1 row(s) (first rows: [3]); fill in the labels or drop those rows")
     with pytest.raises(InputError, match="labels is missing"):
         S.shortcut_audit(S.property_matrix(props), labels, m["split"], groups=m["patient_id"])
-    with pytest.raises(DataError, match="no label column 'finding'"):
-        A.run_audit(m, props, label_column="finding")
+    assert error_message(A.run_audit, m, props, label_column="finding", error=DataError) == (
+        f"manifest has no label column 'finding'; columns present: {list(map(str, m.columns))}. "
+        "Pass label_column=<name>")
 
 
 def test_misaligned_inputs_are_rejected(small):
@@ -1127,12 +1133,16 @@ def test_misaligned_inputs_are_rejected(small):
         A.partition_audit(X, m["split"].iloc[:-1], groups=m["patient_id"])
     with pytest.raises(InputError, match="groups has"):
         S.shortcut_audit(X, m["label"], m["split"], groups=m["patient_id"].iloc[:10])
-    with pytest.raises(DataError, match="properties have"):
-        A.run_audit(m, props.iloc[:-1])
-    with pytest.raises(DataError, match="not aligned with the manifest"):
-        A.run_audit(m, props.iloc[::-1].reset_index(drop=True))
-    with pytest.raises(InputError, match="embeddings have shape"):
-        A.run_audit(m, props, embeddings=np.zeros((3, 4)), n_resamples=20, n_repeats=1)
+    n = len(m)
+    assert error_message(A.run_audit, m, props.iloc[:-1], error=DataError) == (
+        f"properties have {n - 1} rows but the manifest has {n}; compute them with "
+        "crslib.data.file_properties(manifest) for the same manifest")
+    assert error_message(A.run_audit, m, props.iloc[::-1].reset_index(drop=True), error=DataError) == (
+        f"properties are not aligned with the manifest: row 0 has image_id {props['image_id'].iloc[-1]!r} vs "
+        f"{m['image_id'].iloc[0]!r}; compute them with crslib.data.file_properties(manifest) and keep the row order")
+    assert error_message(A.run_audit, m, props, embeddings=np.zeros((3, 4)), n_resamples=20, n_repeats=1) == (
+        f"embeddings have shape (3, 4) but the manifest has {n} rows; pass one embedding row per manifest row, in "
+        "the same order")
 
 
 def test_bad_arguments_are_rejected(small):
