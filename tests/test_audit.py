@@ -1112,6 +1112,10 @@ def test_label_with_nan_is_rejected(small):
     labels.iloc[3] = np.nan
     assert error_message(A.run_audit, m.assign(label=labels), props, error=DataError) == (
         "label column 'label' is missing in 1 row(s) (first rows: [3]); fill in the labels or drop those rows")
+    labels.iloc[[5, 8, 13, 21, 34, 55]] = np.nan  # seven in all: the message names the first five
+    assert error_message(A.run_audit, m.assign(label=labels), props, error=DataError) == (
+        "label column 'label' is missing in 7 row(s) (first rows: [3, 5, 8, 13, 21]); fill in the labels or drop "
+        "those rows")
     with pytest.raises(InputError, match="labels is missing"):
         S.shortcut_audit(S.property_matrix(props), labels, m["split"], groups=m["patient_id"])
     assert error_message(A.run_audit, m, props, label_column="finding", error=DataError) == (
