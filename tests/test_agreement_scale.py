@@ -658,7 +658,9 @@ def test_knn_search_reports_the_parameters_of_each_graph_index():
         _, info = ann.knn_search(X, k=10, index=index, recall_sample=200, target_recall=None)
         reported = dict(info["params"])
         # the graph's links come on top of the vectors: 4 bytes a value, or 1 as 8-bit codes
-        assert reported.pop("index_mb") > 2000 * 16 * (4 if index == "hnsw" else 1) / 2**20, index
+        megabytes = reported.pop("index_mb")
+        assert megabytes > 2000 * 16 * (4 if index == "hnsw" else 1) / 2**20, index
+        assert megabytes == round(megabytes, 3) and 0 < megabytes < 1, index  # under a megabyte, to the kilobyte
         assert reported == params
 
 
