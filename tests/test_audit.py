@@ -1254,12 +1254,16 @@ def test_run_audit_records_the_provenance_of_its_label_column_and_patients(small
     assert json.dumps(expected, default=str) != json.dumps(A.split_provenance(m, label_column=None), default=str)
 
 
-def test_run_audit_notes_the_files_that_could_not_be_read(small):
+def test_run_audit_records_its_inputs_and_notes_the_files_that_could_not_be_read(small):
     m, props = small
     options = dict(n_resamples=20, n_repeats=1, n_splits=3, n_permutations=0)
-    readable = A.run_audit(m, props, **options)
+    readable = A.run_audit(m, props, embedding_name="a model whose embeddings were not given", **options)
     assert not any("could not be read" in note for note in readable.notes)
     assert readable.partition_embeddings is None and readable.embedding_name is None  # no embeddings were given
+    # the report lists the file properties read and the columns the classifiers saw
+    assert readable.file_properties == [str(c) for c in props.columns] and "image_id" in readable.file_properties
+    assert readable.property_columns == list(S.property_matrix(props).features.columns)
+    assert "image_id" not in readable.property_columns
     unreadable = props.assign(readable=np.arange(len(props)) >= 2)
     notes = A.run_audit(m, unreadable, **options).notes
     assert "2 file(s) could not be read; their properties are missing (kept as rows)" in notes
