@@ -664,6 +664,14 @@ def test_knn_search_reports_the_parameters_of_each_graph_index():
         assert reported == params
 
 
+def test_an_unseeded_search_tunes_its_depth_too():
+    """random_state=None draws the tuning rows from fresh entropy instead of failing on the seed."""
+    X = _rng(2).normal(size=(2000, 16))
+    ids, info = ann.knn_search(X, k=10, index="hnsw", recall_sample=200, random_state=None)
+    assert info["params"]["tune_queries"] == 500 and info["params"]["target_met"]
+    assert ids.shape == (2000, 10) and bool((ids != np.arange(2000)[:, None]).all())
+
+
 def test_nprobe_leaves_a_graph_index_to_tune_its_pool():
     """nprobe counts IVF lists: a graph index ignores it and still tunes its candidate pool to the target."""
     X = _rng(2).normal(size=(2000, 16))
