@@ -1061,9 +1061,7 @@ def test_run_audit_resamples_a_thousand_times_and_repeats_ten_times_by_default(s
 
 def test_run_audit_requires_a_split_column(small):
     m, props = small
-    with pytest.raises(DataError) as error:
-        A.run_audit(m.drop(columns=["split"]), props)
-    assert str(error.value) == (
+    assert error_message(A.run_audit, m.drop(columns=["split"]), props, error=DataError) == (
         "manifest has no 'split' column (or it was filled with 'unspecified'): the audit compares the official "
         "test split with the training pool. Add a 'split' column with train/val/test, or load a folder laid out "
         "as {train,val,test}/{CLASS}/ (e.g. Kermany's chest_xray)")
@@ -1125,13 +1123,10 @@ def test_label_with_nan_is_rejected(small):
 
 def test_misaligned_inputs_are_rejected(small):
     m, props = small
-    with pytest.raises(DataError) as error:
-        A.run_audit(m.to_dict("list"), props)
-    assert str(error.value) == "manifest must be a pandas DataFrame, got dict"
-    with pytest.raises(DataError) as error:
-        A.run_audit(m, props.to_numpy())
-    assert str(error.value) == ("properties must be a DataFrame from crslib.data.file_properties(manifest), got "
-                                "ndarray")
+    assert error_message(A.run_audit, m.to_dict("list"), props, error=DataError) == (
+        "manifest must be a pandas DataFrame, got dict")
+    assert error_message(A.run_audit, m, props.to_numpy(), error=DataError) == (
+        "properties must be a DataFrame from crslib.data.file_properties(manifest), got ndarray")
     X = S.property_matrix(props)
     with pytest.raises(InputError, match=r"split has \d+ values but X has \d+ rows"):
         A.partition_audit(X, m["split"].iloc[:-1], groups=m["patient_id"])
