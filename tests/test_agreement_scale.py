@@ -872,8 +872,13 @@ def test_target_recall_budgets_and_bad_options(caplog):
     X = _hard(4000)
     with caplog.at_level("WARNING", logger="crslib.ann"):
         _, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500, tune_seconds=1e-9)
-    assert len(info["params"]["tuning"]) == 1 and info["target_met"] is False  # the time budget: one trial
-    assert "target 0.950 not met" in caplog.text
+    trials = info["params"]["tuning"]
+    assert len(trials) == 1 and info["target_met"] is False  # the time budget: one trial
+    assert info["params"]["target_recall"] == 0.95 and info["params"]["target_met"] is False
+    # the warning says what was asked, what was reached and at which depth
+    assert [r.getMessage() for r in caplog.records if r.name == "crslib.ann"] == [
+        f"approximate kNN: recall@10 target 0.950 not met (lower bound {trials[0]['ci_low']:.3f} at "
+        f"{{'nprobe': {trials[0]['nprobe']}}})"]
     _, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500, nprobe=3)
     assert info["params"]["nprobe"] == 3 and info["target_met"] is None  # an explicit depth is not tuned
     for bad in (0, 1.5, -0.1, "0.9", True):
@@ -885,6 +890,52 @@ def test_target_recall_budgets_and_bad_options(caplog):
         ann.knn_search(X, index="ivf", max_probe_share=0)
     with pytest.raises(InputError, match="tune_seconds"):
         ann.knn_search(X, index="ivf", tune_seconds=0)
+
+
+def test_the_probe_budget_never_falls_below_the_starting_probe():
+    """max_probe_share caps the cells a tuning may probe, but never below the 16 it starts from:
+    with 32 lists a quarter is 8, so the budget stays 16; with 128 lists it is 32."""
+    X = _clustered(5000, d=8, n_centres=50, seed=9)
+    for nlist, budget in ((32, 16), (128, 32)):
+        ids, _, params = ann._approximate_knn(
+            ann._prepare(X, "cosine")[0], k=5, metric="ip", gcodes=None, method="ivf", nlist=nlist, nprobe=None,
+            hnsw_m=32, ef_search=None, seed=0, target_recall=0.5)
+        assert params["max_nprobe"] == budget and params["nprobe"] == 16, nlist
+        assert params["target_recall"] == 0.5 and params["target_met"] is True
+
+
+def test_the_graph_pool_holds_twice_the_candidates_a_query_needs():
+    """The default ef_search is twice the candidates asked for (k, the query, a margin of max(3, k // 4),
+    and one more per other image of the largest excluded group, up to four margins) when that beats
+    the floor of 64 (HNSW) or 32 (HNSW-SQ)."""
+    X = _rng(3).normal(size=(600, 8))
+    _, info = ann.knn_search(X, k=40, index="hnsw", recall_sample=50, target_recall=None)
+    assert info["params"]["ef_search"] == 2 * (40 + 1 + 10)
+    groups = np.arange(600) // 10
+    _, info = ann.knn_search(X, k=5, index="hnswsq", exclude_groups=groups, recall_sample=50, target_recall=None)
+    assert info["params"]["ef_search"] == 2 * (5 + 1 + 3 + 9)
+    _, info = ann.knn_search(X, k=5, index="hnswsq", recall_sample=50, target_recall=None)
+    assert info["params"]["ef_search"] == 32
+
+
+def test_a_tuned_search_meets_its_target_on_the_neighbours_outside_the_group():
+    """Images of one patient lie close together, and an IVF cell holds several patients: the first
+    depth finds the neighbours in the cell, but the neighbours outside the group lie in other cells.
+    The tuning must measure recall against those, and so probe deeper until the target holds."""
+    rng = _rng(10)
+    groups = np.repeat(np.arange(400), 10)
+    X = (rng.normal(size=(400, 64))[groups] + 0.5 * rng.normal(size=(4000, 64))).astype(np.float32)
+    ids, info = ann.knn_search(X, k=5, index="ivf", exclude_groups=groups, recall_sample=500, max_probe_share=1.0)
+    trials = info["params"]["tuning"]
+    assert trials[0]["recall"] < 0.9 and info["target_met"] is True and info["params"]["nprobe"] > 16
+    assert _recall(ids, nb.knn_indices(X, k=5, exclude_groups=groups)) >= 0.95
+
+
+def test_a_tiny_dataset_tunes_on_a_quarter_of_its_rows_and_at_least_one():
+    for n, tuned in ((7, 1), (3, 1), (12, 3)):
+        X = _rng(n).normal(size=(n, 4))
+        _, info = ann.knn_search(X, k=1, index="hnsw", recall_sample=5)
+        assert info["params"]["tune_queries"] == tuned, n
 
 
 def test_the_tuning_budget_is_600_seconds_by_default(monkeypatch):
