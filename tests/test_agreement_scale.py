@@ -1081,6 +1081,18 @@ def test_agreement_matrix_bounds_a_pair_of_one_exact_and_one_approximate_search(
     assert swapped.overlap_error_bound == {"easy|hard": pytest.approx(1.0 - low)}
 
 
+def test_an_exact_search_task_returns_the_neighbours_of_its_own_block_of_rows():
+    """One worker's task, run here: the rows start:stop of the whole search, groups excluded."""
+    X = _rng(14).normal(size=(300, 8))
+    groups = np.arange(300) // 3
+    for metric in ("cosine", "euclidean"):
+        whole = nb.knn_indices(X, k=4, metric=metric, exclude_groups=groups)
+        block = ann._knn_block_task(100, 160, X=X, k=4, metric=metric, exclude_groups=groups)
+        np.testing.assert_array_equal(block, whole[100:160])
+    # the groups matter here: without them the block's neighbours differ
+    assert not np.array_equal(ann._knn_block_task(100, 160, X=X, k=4, metric="euclidean", exclude_groups=None), block)
+
+
 def test_exact_search_on_workers_splits_the_queries_into_four_blocks_per_worker(client, monkeypatch):
     """Each task searches all N rows for a block of queries: about 4 blocks per worker, of at least 1,000
     queries (so a task's rebuilt index is worth it), or the blocks asked for; the result is one search's."""
