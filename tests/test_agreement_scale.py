@@ -928,7 +928,9 @@ def test_a_tuned_search_meets_its_target_on_the_neighbours_outside_the_group():
     ids, info = ann.knn_search(X, k=5, index="ivf", exclude_groups=groups, recall_sample=500, max_probe_share=1.0)
     trials = info["params"]["tuning"]
     assert trials[0]["recall"] < 0.9 and info["target_met"] is True and info["params"]["nprobe"] > 16
-    assert _recall(ids, nb.knn_indices(X, k=5, exclude_groups=groups)) >= 0.95
+    # and the recall reported, measured on other queries, is the recall against those neighbours
+    recall = _recall(ids, nb.knn_indices(X, k=5, exclude_groups=groups))
+    assert recall >= 0.95 and info["recall_ci"][0] <= recall <= info["recall_ci"][1]
 
 
 def test_a_tiny_dataset_tunes_on_a_quarter_of_its_rows_and_at_least_one():
