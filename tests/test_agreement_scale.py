@@ -592,6 +592,7 @@ def test_approximate_other_metrics_and_whole_cluster_groups(metric):
             X, k=10, metric=metric, exclude_groups=labels, method=method, return_similarity=True
         )
         _check_valid(I, 3000, 10, labels)
+        assert I.dtype == np.int64 and dist.dtype == np.float32  # as documented, whatever the metric
         if metric == "euclidean":
             assert (np.diff(dist, axis=1) >= 0).all()
         E = nb.knn_indices(X, k=10, metric=metric, exclude_groups=labels)
@@ -1081,6 +1082,22 @@ def test_agreement_matrix_bounds_a_pair_of_one_exact_and_one_approximate_search(
     swapped = ag.agreement_matrix({"easy": easy, "hard": hard}, k=10, index="ivf", recall_sample=500,
                                   target_recall=0.9, scheduler=client)
     assert swapped.overlap_error_bound == {"easy|hard": pytest.approx(1.0 - low)}
+
+
+def test_an_approximate_search_task_checks_its_recall_with_its_own_metric_and_seed():
+    """Rows of varied length: Euclidean, inner-product and cosine neighbours differ. The task's recall is
+    knn_recall's on its metric, over the rows its seed samples."""
+    rng = _rng(15)
+    X = (rng.normal(size=(1000, 8)) * rng.uniform(0.2, 5.0, size=(1000, 1))).astype(np.float32)
+    for metric in ("euclidean", "ip"):
+        ids, recall, params = ann._approx_knn_task(X=X, k=5, metric=metric, exclude_groups=None, method="ivf",
+                                                    recall_sample=50, random_state=7, nprobe=2)
+        expected = ann.knn_recall(X, ids, k=5, metric=metric, sample=50, random_state=7)
+        np.testing.assert_array_equal(recall.rows, expected.rows)
+        assert recall.recall == expected.recall < 1 and params["nprobe"] == 2, metric
+        assert ann.knn_recall(X, ids, k=5, metric="cosine", sample=50, random_state=7).recall != recall.recall
+        assert not np.array_equal(ann.knn_recall(X, ids, k=5, metric=metric, sample=50, random_state=0).rows,
+                                  recall.rows)
 
 
 def test_an_exact_search_task_returns_the_neighbours_of_its_own_block_of_rows():
