@@ -617,6 +617,63 @@ def test_hnsw_short_rows_fall_back_to_exact(monkeypatch):
     assert info["params"]["exact_fallback_rows"] == 200 and info["recall"] == 1.0
 
 
+@pytest.mark.parametrize("metric", ["cosine", "euclidean"])
+def test_only_the_rows_a_graph_walk_left_short_get_exact_neighbours(monkeypatch, caplog, metric):
+    """An "index" that finds the true neighbours of half the queries and nothing for the others: the
+    search widens its candidates fourfold until it has asked for every row, then gives those others
+    (and only those) their exact neighbours and scores, outside their group, and says how many."""
+    from types import SimpleNamespace
+
+    X = _rng(16).normal(size=(200, 8)) * _rng(17).uniform(0.5, 2.0, size=(200, 1))
+    groups = np.arange(200) // 3
+    prepared = ann._prepare(X, metric)[0]
+    flat = faiss.IndexFlatL2(8) if metric == "euclidean" else faiss.IndexFlatIP(8)
+    flat.add(prepared)
+    blind = prepared[:, 0] < 0
+
+    class HalfBlind:
+        hnsw = SimpleNamespace(efSearch=0)
+
+        def search(self, Q, kk):
+            D, ids = flat.search(Q, kk)
+            missing = Q[:, 0] < 0
+            D[missing], ids[missing] = np.inf if metric == "euclidean" else -np.inf, -1
+            return D, ids
+
+    monkeypatch.setattr(ann, "_build_approx_index", lambda *a, **kw: (HalfBlind(), None))
+    monkeypatch.setattr(ann, "_index_mb", lambda *a: 0.0)  # HalfBlind has no graph to measure
+    with caplog.at_level("DEBUG", logger="crslib.ann"):
+        ids, scores = ann.approximate_knn_indices(X, k=5, metric=metric, exclude_groups=groups, method="hnsw",
+                                                  return_similarity=True)
+    exact, exact_scores = nb.knn_indices(X, k=5, metric=metric, exclude_groups=groups, return_similarity=True)
+    np.testing.assert_array_equal(ids, exact)
+    np.testing.assert_allclose(scores, exact_scores, rtol=1e-5, atol=1e-5)
+    # candidates: k, the query, a margin of 3 and the 2 other images of its group; then 4x, up to all 200
+    assert [r.getMessage() for r in caplog.records] == [
+        *(f"widening approximate kNN search for {blind.sum()} queries from {kk} candidates" for kk in (11, 44, 176)),
+        f"approximate kNN: {blind.sum()} rows fell back to the exact search"]
+    assert 50 < blind.sum() < 150
+    _, info = ann.knn_search(X, k=5, metric=metric, exclude_groups=groups, index="hnsw", target_recall=None)
+    assert info["params"]["exact_fallback_rows"] == blind.sum()
+
+
+def test_an_ivf_query_short_of_candidates_probes_four_times_the_cells(monkeypatch):
+    """Whole clusters excluded as groups: a query's own cell holds no valid candidate, so it is searched
+    again with four times the candidates and the cells, up to every cell."""
+    rng = _rng(18)
+    labels = np.repeat(np.arange(20), 30)
+    X = 4 * rng.normal(size=(20, 8))[labels] + rng.normal(size=(600, 8))
+    depths = []
+    set_depth = ann._set_depth
+    monkeypatch.setattr(ann, "_set_depth", lambda index, method, probe, ef, kk: (depths.append((probe, kk)),
+                                                                                set_depth(index, method, probe, ef, kk)))
+    ids = ann.approximate_knn_indices(X, k=5, exclude_groups=labels, method="ivf", nlist=15, nprobe=1)
+    _check_valid(ids, 600, 5, labels)
+    # k, the query, a margin of 3 and 12 more for the group (capped at four margins); then fourfold
+    assert depths[:2] == [(1, 21), (4, 84)]
+    assert all(later == (min(15, 4 * probe), min(600, 4 * kk)) for (probe, kk), later in zip(depths, depths[1:]))
+
+
 def test_approximate_bad_input(monkeypatch):
     X = _rng(8).normal(size=(100, 4))
     expected = {
