@@ -950,6 +950,15 @@ def test_target_recall_budgets_and_bad_options(caplog):
         ann.knn_search(X, index="ivf", tune_seconds=0)
 
 
+def test_knn_search_goes_approximate_only_above_its_threshold_and_names_a_bad_option():
+    X = _rng(19).normal(size=(300, 8))
+    assert ann.knn_search(X, k=5, threshold=300)[1]["index"] == "exact"  # N equal to the threshold: exact
+    assert ann.knn_search(X, k=5, threshold=299, recall_sample=50)[1]["index"] == "hnswsq"
+    assert error_message(ann.knn_search, X, query_block=0) == "query_block must be a positive integer or None, got 0"
+    assert error_message(ann.knn_search, X, metric="hamming") == (
+        "metric must be one of ('cosine', 'ip', 'euclidean'), got 'hamming'")
+
+
 def test_the_probe_budget_never_falls_below_the_starting_probe():
     """max_probe_share caps the cells a tuning may probe, but never below the 16 it starts from:
     with 32 lists a quarter is 8, so the budget stays 16; with 128 lists it is 32."""
@@ -1000,18 +1009,19 @@ def test_a_tiny_dataset_tunes_on_a_quarter_of_its_rows_and_at_least_one():
 
 def test_the_tuning_budget_is_600_seconds_by_default(monkeypatch):
     """The default budget, read off a clock that jumps: ann's first two readings (the search's start
-    and the tuning's deadline) say 0 s, every later one 600.5 s. A 600 s budget is then spent after
+    and the tuning's deadline) say 0 s, every later one 600.5004 s. A 600 s budget is then spent after
     the first trial; a 700 s budget is not, and the tuning deepens as far as it does on the real clock."""
     from types import SimpleNamespace
 
     def jumping_clock():
         readings = iter([0.0, 0.0])
-        return SimpleNamespace(perf_counter=lambda: next(readings, 600.5))
+        return SimpleNamespace(perf_counter=lambda: next(readings, 600.5004))
 
     X = _hard(4000)
     monkeypatch.setattr(ann, "time", jumping_clock())
     _, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500)
-    assert len(info["params"]["tuning"]) == 1 and info["target_met"] is False and info["seconds"] == 600.5
+    assert len(info["params"]["tuning"]) == 1 and info["target_met"] is False
+    assert info["seconds"] == 600.5  # to the millisecond
     untimed = ann.knn_search(X, k=10, index="ivf", recall_sample=500)[1]["params"]["tuning"]
     monkeypatch.setattr(ann, "time", jumping_clock())
     _, longer = ann.knn_search(X, k=10, index="ivf", recall_sample=500, tune_seconds=700)
@@ -1092,7 +1102,7 @@ def test_agreement_matrix_approximate_reports_search_and_bound():
 # --------------------------------------------------------------------------- Dask
 
 
-def test_knn_search_on_dask_equals_in_process(client):
+def test_knn_search_on_dask_equals_in_process(client, caplog):
     rng = _rng(12)
     X = rng.normal(size=(3000, 16))
     groups = rng.integers(0, 600, 3000)
@@ -1118,11 +1128,32 @@ def test_knn_search_on_dask_equals_in_process(client):
     assert info["index"] == "ivf" and info["target_met"] is False and info["fallback"] is None
     assert info["params"]["nprobe"] == info["params"]["max_nprobe"] == 22  # 0.3 of 76 cells
     assert info["error_bound"] == pytest.approx(1 - info["recall_ci"][0]) and info["error_bound"] > 0.01
-    remote, rinfo = ann.knn_search(X, k=10, index="ivf", recall_sample=500, target_recall=0.99, max_probe_share=0.3,
-                                   client=client)
+    with caplog.at_level("WARNING", logger="crslib.ann"):
+        remote, rinfo = ann.knn_search(X, k=10, index="ivf", recall_sample=500, target_recall=0.99,
+                                       max_probe_share=0.3, client=client)
     np.testing.assert_array_equal(remote, nb.knn_indices(X, k=10))
     assert rinfo["index"] == "exact" and rinfo["recall"] is None and rinfo["error_bound"] == 0.0
-    assert "target 0.99 not met by ivf" in rinfo["fallback"] and rinfo["params"]["target_met"] is False
+    assert rinfo["params"]["target_met"] is False and rinfo["target_recall"] == 0.99
+    # the bound quoted is the deepest setting's (the last of the two tried), and the log says the same
+    low = rinfo["params"]["tuning"][-1]["ci_low"]
+    assert low > rinfo["params"]["tuning"][0]["ci_low"]
+    assert rinfo["fallback"] == (f"recall@10 target 0.99 not met by ivf within the budget (lower bound {low:.3f}); "
+                                 "exact search on the cluster instead")
+    assert f"approximate kNN: {rinfo['fallback']}" in [r.getMessage() for r in caplog.records]
+
+
+def test_a_graph_search_on_workers_falls_back_after_its_deepest_pool(client):
+    """A recall of 1 cannot be proven on a sample, so that target is never met: the pool doubles up to its
+    cap of 4,096, and the fallback quotes the bound of that last pool, not of an earlier one."""
+    X = _rng(1).normal(size=(1000, 128)).astype(np.float32)
+    ids, info = ann.knn_search(X, k=10, index="hnswsq", recall_sample=200, target_recall=1.0, client=client)
+    trials = info["params"]["tuning"]
+    assert [t["ef_search"] for t in trials] == [32 * 2**i for i in range(8)]
+    assert trials[1]["ci_low"] < trials[-1]["ci_low"] < 1.0
+    assert info["fallback"] == (f"recall@10 target 1.0 not met by hnswsq within the budget (lower bound "
+                                f"{trials[-1]['ci_low']:.3f}); exact search on the cluster instead")
+    assert info["index"] == "exact" and info["target_met"] is False
+    np.testing.assert_array_equal(ids, nb.knn_indices(X, k=10))
 
 
 def test_agreement_matrix_bounds_a_pair_of_one_exact_and_one_approximate_search(client):
