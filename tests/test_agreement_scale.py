@@ -672,6 +672,15 @@ def test_an_ivf_query_short_of_candidates_probes_four_times_the_cells(monkeypatc
     # k, the query, a margin of 3 and 12 more for the group (capped at four margins); then fourfold
     assert depths[:2] == [(1, 21), (4, 84)]
     assert all(later == (min(15, 4 * probe), min(600, 4 * kk)) for (probe, kk), later in zip(depths, depths[1:]))
+    # 100 neighbours outside a group of 20 among 400 rows: every row is asked for in the second round, but the
+    # 4 cells probed do not hold 100 valid ones yet; the cells keep widening rather than leaving it to exact search
+    depths.clear()
+    rng = _rng(18)
+    labels = np.repeat(np.arange(20), 20)
+    X = 4 * rng.normal(size=(20, 8))[labels] + rng.normal(size=(400, 8))
+    ids = ann.approximate_knn_indices(X, k=100, exclude_groups=labels, method="ivf", nlist=40, nprobe=1)
+    _check_valid(ids, 400, 100, labels)
+    assert depths == [(1, 100 + 1 + 25 + 19), (4, 400), (16, 400)]
 
 
 def test_approximate_bad_input(monkeypatch):
