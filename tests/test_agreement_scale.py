@@ -964,6 +964,8 @@ def test_knn_search_goes_approximate_only_above_its_threshold_and_names_a_bad_op
     assert ann.knn_search(X, k=5, threshold=300)[1]["index"] == "exact"  # N equal to the threshold: exact
     assert ann.knn_search(X, k=5, threshold=299, recall_sample=50)[1]["index"] == "hnswsq"
     assert error_message(ann.knn_search, X, query_block=0) == "query_block must be a positive integer or None, got 0"
+    # refused even where the exact search would not use it
+    assert error_message(ann.knn_search, X, nprobe=0) == "nprobe must be a positive integer or None, got 0"
     assert error_message(ann.knn_search, X, metric="hamming") == (
         "metric must be one of ('cosine', 'ip', 'euclidean'), got 'hamming'")
 
