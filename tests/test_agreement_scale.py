@@ -683,6 +683,31 @@ def test_an_ivf_query_short_of_candidates_probes_four_times_the_cells(monkeypatc
     assert depths == [(1, 100 + 1 + 25 + 19), (4, 400), (16, 400)]
 
 
+def test_approximate_knn_indices_passes_its_documented_defaults_to_the_search(monkeypatch):
+    """k=10, cosine, IVF with its own nlist and nprobe, a graph degree of 32, IVF-PQ re-ranking 8x the
+    candidates, seed 0; the raw options reach the search as given."""
+    calls = []
+    search = ann._approximate_knn
+
+    def recording(Xw, **options):
+        calls.append(options)
+        return search(Xw, **options)
+
+    monkeypatch.setattr(ann, "_approximate_knn", recording)
+    X = _rng(20).normal(size=(400, 8))
+    ids = ann.approximate_knn_indices(X)
+    assert isinstance(ids, np.ndarray) and ids.shape == (400, 10)
+    assert calls[-1] == {"k": 10, "metric": "cosine", "gcodes": None, "method": "ivf", "nlist": None, "nprobe": None,
+                         "hnsw_m": 32, "ef_search": None, "seed": 0, "refine_factor": 8}
+    groups = np.arange(400) // 4
+    ann.approximate_knn_indices(X, k=3, metric="euclidean", exclude_groups=groups, method="hnsw", nlist=5, nprobe=2,
+                                hnsw_m=8, ef_search=20, refine_factor=4, random_state=3)
+    options = calls[-1]
+    np.testing.assert_array_equal(options.pop("gcodes"), groups)  # groups 0..99 are their own codes
+    assert options == {"k": 3, "metric": "euclidean", "method": "hnsw", "nlist": 5, "nprobe": 2, "hnsw_m": 8,
+                       "ef_search": 20, "seed": 3, "refine_factor": 4}
+
+
 def test_approximate_bad_input(monkeypatch):
     X = _rng(8).normal(size=(100, 4))
     expected = {
