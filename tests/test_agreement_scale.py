@@ -973,6 +973,7 @@ def test_target_recall_budgets_and_bad_options(caplog):
         f"{{'nprobe': {trials[0]['nprobe']}}})"]
     _, info = ann.knn_search(X, k=10, index="ivf", recall_sample=500, nprobe=3)
     assert info["params"]["nprobe"] == 3 and info["target_met"] is None  # an explicit depth is not tuned
+    assert info["target_recall"] is None
     for bad in (0, 1.5, -0.1, "0.9", True):
         with pytest.raises(InputError, match="target_recall"):
             ann.knn_search(X, index="ivf", target_recall=bad)
@@ -986,7 +987,14 @@ def test_target_recall_budgets_and_bad_options(caplog):
 
 def test_knn_search_goes_approximate_only_above_its_threshold_and_names_a_bad_option():
     X = _rng(19).normal(size=(300, 8))
-    assert ann.knn_search(X, k=5, threshold=300)[1]["index"] == "exact"  # N equal to the threshold: exact
+    ids, info = ann.knn_search(X, k=5, threshold=300)
+    assert info["index"] == "exact"  # N equal to the threshold: exact
+    assert info["target_recall"] is None and info["target_met"] is None  # nothing was tuned
+    for metric in ("euclidean", "ip"):  # rows of varied length: each metric has its own neighbours
+        varied = X * _rng(21).uniform(0.2, 5.0, size=(300, 1))
+        ids, _ = ann.knn_search(varied, k=5, metric=metric)
+        np.testing.assert_array_equal(ids, nb.knn_indices(varied, k=5, metric=metric))
+        assert not np.array_equal(ids, nb.knn_indices(varied, k=5, metric="cosine"))
     assert ann.knn_search(X, k=5, threshold=299, recall_sample=50)[1]["index"] == "hnswsq"
     assert error_message(ann.knn_search, X, query_block=0) == "query_block must be a positive integer or None, got 0"
     # refused even where the exact search would not use it
