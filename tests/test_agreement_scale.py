@@ -1008,7 +1008,7 @@ def test_the_probe_budget_never_falls_below_the_starting_probe():
     with 32 lists a quarter is 8, so the budget stays 16; with 128 lists it is 32."""
     X = _clustered(5000, d=8, n_centres=50, seed=9)
     for nlist, budget in ((32, 16), (128, 32)):
-        ids, _, params = ann._approximate_knn(
+        _, _, params = ann._approximate_knn(
             ann._prepare(X, "cosine")[0], k=5, metric="ip", gcodes=None, method="ivf", nlist=nlist, nprobe=None,
             hnsw_m=32, ef_search=None, seed=0, target_recall=0.5)
         assert params["max_nprobe"] == budget and params["nprobe"] == 16, nlist
