@@ -1070,6 +1070,10 @@ def test_the_tuning_budget_is_600_seconds_by_default(monkeypatch):
     monkeypatch.setattr(ann, "time", jumping_clock())
     _, longer = ann.knn_search(X, k=10, index="ivf", recall_sample=500, tune_seconds=700)
     assert len(untimed) > 1 and longer["params"]["tuning"] == untimed  # every trial the real clock allows
+    # agreement_matrix tunes each model within the same default budget: its first model's is spent the same way
+    monkeypatch.setattr(ann, "time", jumping_clock())
+    matrix = ag.agreement_matrix({"a": X, "b": X[:, ::-1].copy()}, k=10, index="ivf", recall_sample=500)
+    assert len(matrix.search["a"]["params"]["tuning"]) == 1 and matrix.search["a"]["target_met"] is False
 
 
 def test_knn_recall_on_held_out_rows():
