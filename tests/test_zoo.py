@@ -395,8 +395,11 @@ def test_tampered_checkpoint_is_an_error(manifest, tmp_path):
     path = f"{out['path'][0]}/encoder.safetensors"
     with open(path, "ab") as handle:
         handle.write(b"\0")
-    with pytest.raises(ModelError, match="does not match its model card"):
+    with pytest.raises(ModelError, match="do not match their card") as info:
         load_zoo_encoder("random_init-cnn_small-seed0", cache_root=tmp_path)
+    message = str(info.value)
+    assert path in message and out["checkpoint_sha256"][0] in message and "crs zoo --retrain" in message
+    assert "\n" not in message
 
 
 # --------------------------------------------------------------------------- public references

@@ -160,7 +160,7 @@ from crslib._io import atomic_write_bytes, atomic_write_json, digest_of, file_sh
 from crslib.config import cache_dir, progress_enabled
 from crslib.device import resolve_device
 from crslib.errors import InputError, ModelError
-from crslib.models._training import ZOO_THREADS
+from crslib.models._training import ZOO_THREADS, training_context
 from crslib.models.augment import _AUG
 from crslib.models.encoders import Preprocessing, TorchEncoder
 from crslib.models.networks import ARCHITECTURES, build_encoder_module
@@ -176,6 +176,7 @@ from crslib.models.zoo_presets import (
     _preset_image_size,
     zoo_specs,
 )
+from crslib.models.zoo_shipped import cpu_model, shipped_card, shipped_cards, verify_checkpoint
 
 log = logging.getLogger(__name__)
 
@@ -192,6 +193,8 @@ __all__ = [
     "list_zoo",
     "load_zoo_encoder",
     "train_zoo",
+    "ZOO_WEIGHTS",
+    "zoo_cards",
     "zoo_specs",
 ]
 
@@ -231,14 +234,31 @@ def _read_card(folder: Path) -> dict[str, Any] | None:
     return card
 
 
-def _save_checkpoint(path: Path, state: dict[str, Any], spec: ZooModelSpec) -> str:
+def _checkpoint_bytes(state: dict[str, Any], name: str, architecture: str) -> bytes:
+    """A state dict as the bytes of a zoo checkpoint (safetensors with one metadata key)."""
     from safetensors.torch import save
 
     # one metadata key: safetensors writes several in hash-map order, which would change the file's bytes
-    meta = json.dumps({"format": "crslib-zoo", "name": spec.name, "architecture": spec.architecture}, sort_keys=True)
-    data = save(state, metadata={"crslib": meta})
-    atomic_write_bytes(path, data)
+    meta = json.dumps({"format": "crslib-zoo", "name": name, "architecture": architecture}, sort_keys=True)
+    return save(state, metadata={"crslib": meta})
+
+
+def _save_checkpoint(path: Path, state: dict[str, Any], spec: ZooModelSpec) -> str:
+    atomic_write_bytes(path, _checkpoint_bytes(state, spec.name, spec.architecture))
     return file_sha256(path)
+
+
+def _seeded_module(card: Mapping[str, Any]):
+    """A random-init model built from its seed as the trainer builds it, and the SHA-256 of its checkpoint bytes."""
+    import hashlib
+
+    import torch
+
+    with training_context(ZOO_THREADS):
+        torch.manual_seed(int(card["seed"]))
+        module = build_encoder_module(card["architecture"], card.get("init_weights", "random"))
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return module, hashlib.sha256(_checkpoint_bytes(state, str(card["name"]), str(card["architecture"]))).hexdigest()
 
 
 def _set_current(root: Path, name: str, key: str) -> None:
@@ -316,6 +336,7 @@ def _zoo_model_task(spec: ZooModelSpec, *, pool: _Pool, root: str, image_size: i
             "num_threads": ZOO_THREADS,
             "deterministic": True,
             "device": device,
+            "trained_cpu": cpu_model(),
             "spec": spec.to_dict(),
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "crslib_version": crslib.__version__,
@@ -478,6 +499,85 @@ def _with_probe(manifest: pd.DataFrame, table: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+#: Where a chapter's zoo models come from: the shipped weights, or trained anew in the cache.
+ZOO_WEIGHTS = ("shipped", "retrain")
+_PROBE_NAMES = {"auroc": "probe_auroc", "difference": "probe_difference", "low": "probe_low", "high": "probe_high",
+                "learned": "probe_learned", "target": "probe_target"}
+
+
+def zoo_cards(specs: Sequence[ZooModelSpec], *, zoo_data: str, image_size: int = 64, weights: str = "shipped",
+              scheduler: Any = None, device: str | None = None) -> pd.DataFrame:
+    """The cards of the zoo models a chapter uses: shipped weights where they match, else trained here.
+
+    Parameters
+    ----------
+    specs : sequence of ZooModelSpec
+        The models (:func:`zoo_specs`).
+    zoo_data : str
+        The data spec the zoo trains on; a shipped model is used only for
+        the data spec, model spec and image size it was trained with
+        (:func:`crslib.models.zoo_shipped.shipped_match`).
+    image_size : int
+        The training size.
+    weights : {"shipped", "retrain"}
+        ``"shipped"``: the repository's weights where they match, nothing
+        trained for them; ``"retrain"``: every model trained anew in the
+        cache (or reused from an earlier retraining there).
+    scheduler, device
+        Where models that need training train (:func:`train_zoo`).
+
+    Returns
+    -------
+    DataFrame
+        One card per spec, in order, with the probe columns of
+        :func:`train_zoo`, ``weights`` (``"shipped"``, or ``"trained here"``)
+        and ``loadable`` (the spec that loads exactly that model:
+        ``zoo:NAME`` for a shipped one, ``zoo:NAME@KEY`` for one in the cache).
+
+    Examples
+    --------
+    >>> spec = zoo_specs("default")[0]
+    >>> cards = zoo_cards([spec], zoo_data="phantom?patients=600&size=64&seed=0")
+    >>> cards.loc[0, ["name", "weights", "loadable"]].tolist()
+    ['supervised_multilabel-cnn_small-seed0', 'shipped', 'zoo:supervised_multilabel-cnn_small-seed0']
+    >>> bool(cards.loc[0, "probe_learned"])
+    True
+    """
+    from crslib.models.zoo_probe import _flag
+    from crslib.models.zoo_shipped import shipped_match
+
+    if weights not in ZOO_WEIGHTS:
+        raise InputError(f"zoo weights must be one of {', '.join(ZOO_WEIGHTS)}, got {weights!r}")
+    rows: dict[str, dict[str, Any]] = {}
+    to_train = []
+    for spec in specs:
+        card = shipped_match(spec.to_dict(), zoo_data, image_size) if weights == "shipped" else None
+        if card is None:
+            to_train.append(spec)
+            continue
+        row = dict(card, reused=True, loadable=f"zoo:{spec.name}", flag=None)
+        margin = card.get("probe") if isinstance(card.get("probe"), dict) else None
+        for field_name, column in _PROBE_NAMES.items():
+            row[column] = margin[field_name] if margin else np.nan
+        row["flag"] = _flag(margin) if margin else np.nan
+        rows[spec.name] = row
+    table = pd.DataFrame()
+    if to_train:
+        from crslib.data import load_data
+
+        log.info("zoo: training %d model(s) that the shipped zoo does not hold: %s", len(to_train),
+                 ", ".join(s.name for s in to_train))
+        table = train_zoo(load_data(zoo_data), specs=to_train, image_size=image_size, scheduler=scheduler,
+                          device=device)
+        for record in table.to_dict("records"):
+            rows[str(record["name"])] = dict(record, weights="trained here",
+                                             loadable=f"zoo:{record['name']}@{str(record['key'])[:16]}")
+    out = pd.DataFrame([rows[s.name] for s in specs])
+    if "probe_skipped" in table.attrs:
+        out.attrs["probe_skipped"] = table.attrs["probe_skipped"]
+    return out
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
 
@@ -485,34 +585,47 @@ def _fmt(value: float | None) -> str:
 # --------------------------------------------------------------------------- listing and loading
 
 
-_LIST_COLUMNS = ["name", "objective", "architecture", "seed", "epochs", "final_loss", "embedding_dim",
+_LIST_COLUMNS = ["name", "weights", "objective", "architecture", "seed", "epochs", "final_loss", "embedding_dim",
                  "parameter_count", "training_data_hash", "created_at", "current", "key", "path"]
 
 
-def list_zoo(cache_root: str | os.PathLike | None = None) -> pd.DataFrame:
-    """Model cards of every trained zoo model in the cache.
+def list_zoo(cache_root: str | os.PathLike | None = None, *, include_shipped: bool = False) -> pd.DataFrame:
+    """Model cards of every trained zoo model in the cache (and, if asked, the shipped zoo).
+
+    Parameters
+    ----------
+    cache_root : path, optional
+        Zoo folder; default ``<crslib cache>/zoo``.
+    include_shipped : bool
+        Also list the shipped models (:mod:`crslib.models.zoo_shipped`).
 
     Returns
     -------
     DataFrame
-        One row per model folder with its card's fields, ``path``, and
-        ``current`` (True for the version :func:`load_zoo_encoder` loads by
-        name). Empty (with the main columns) when nothing was trained.
+        One row per model folder with its card's fields, ``path``,
+        ``weights`` (``"shipped"`` or ``"trained here"``) and ``current``
+        (True for the version :func:`load_zoo_encoder` loads by name: the
+        shipped one where there is one). Empty (with the main columns) when
+        nothing was trained.
 
     Examples
     --------
-    >>> list_zoo()[["name", "objective", "seed"]]  # doctest: +SKIP
+    >>> table = list_zoo(include_shipped=True)
+    >>> bool(table.loc[table["weights"] == "shipped", "current"].all())
+    True
     """
     root = _zoo_root(cache_root)
     current = _current_keys(root)
-    rows = []
+    shipped = shipped_cards() if include_shipped else {}
+    rows = [dict(card, current=True) for card in shipped.values()]
     for folder in sorted((root / "models").glob("*")) if (root / "models").is_dir() else []:
         card = _read_card(folder)
         if card is None:
             continue
         card = dict(card)
         card["path"] = str(folder)
-        card["current"] = current.get(card.get("name")) == card.get("key")
+        card["weights"] = "trained here"
+        card["current"] = current.get(card.get("name")) == card.get("key") and card.get("name") not in shipped
         rows.append(card)
     if not rows:
         return pd.DataFrame(columns=_LIST_COLUMNS)
@@ -548,32 +661,37 @@ def load_zoo_encoder(name: str, *, cache_root: str | os.PathLike | None = None):
     ----------
     name : str
         A model name (``"contrastive-cnn_small-seed0"``, optionally prefixed
-        ``zoo:``): the version :func:`train_zoo` trained or reused last; or
-        ``NAME@KEY`` (a prefix of the card's ``key``) for one version.
+        ``zoo:``): the shipped model of that name
+        (:mod:`crslib.models.zoo_shipped`), else the version :func:`train_zoo`
+        trained or reused last in the cache; or ``NAME@KEY`` (a prefix of
+        the card's ``key``) for one version: the cache's (a retrained model
+        has the shipped one's key, which names its spec and data), else the
+        shipped one.
     cache_root : path, optional
-        Zoo folder; default ``<crslib cache>/zoo``.
+        Zoo folder; default ``<crslib cache>/zoo``. Given, only that
+        folder's models are looked up (not the shipped zoo).
 
     Returns
     -------
     TorchEncoder
         Embedding = the pooled features before any head; preprocessing as in
         training (1 grayscale channel, the training size, the pool's
-        mean/std); fingerprint = the checkpoint file's SHA-256.
+        mean/std); fingerprint = the checkpoint file's SHA-256; ``card`` =
+        its model card (``weights``: ``"shipped"`` or ``"trained here"``).
 
     Raises
     ------
     ModelError
         Unknown or untrained name (the message lists the trained models and
-        how to train them), or a checkpoint that no longer matches its card.
+        how to train them), or a checkpoint that no longer matches its card
+        (the message names the file and the expected hash).
 
     Examples
     --------
-    >>> enc = load_zoo_encoder("supervised_multilabel-cnn_small-seed0")  # doctest: +SKIP
-    >>> enc.preprocessing.input_size  # doctest: +SKIP
-    (1, 64, 64)
+    >>> enc = load_zoo_encoder("supervised_multilabel-cnn_small-seed0")
+    >>> enc.preprocessing.input_size, enc.card["weights"]
+    ((1, 64, 64), 'shipped')
     """
-    from safetensors.torch import load_file
-
     root = _zoo_root(cache_root)
     text = str(name)
     if text.startswith("zoo:"):
@@ -581,9 +699,16 @@ def load_zoo_encoder(name: str, *, cache_root: str | os.PathLike | None = None):
     base, _, key_prefix = text.partition("@")
     if not base:
         raise _unknown_model(text, root, "no")
+    # an explicit cache_root names a zoo folder: its models only (a zoo trained there, e.g. by a test)
+    shipped = shipped_card(base) if cache_root is None else None
+    if shipped is not None and not key_prefix:
+        return _encoder_from_folder(Path(shipped["path"]), base, shipped)
     if key_prefix:
+        # a key names the inputs (spec, data), which a retrained model shares with the shipped one: the cache first
         matches = [f for f in sorted((root / "models").glob(f"{key_prefix[:24]}*"))
                    if (c := _read_card(f)) is not None and c.get("name") == base and str(c.get("key", "")).startswith(key_prefix)]
+        if not matches and shipped is not None and str(shipped.get("key", "")).startswith(key_prefix):
+            return _encoder_from_folder(Path(shipped["path"]), base, shipped)
         if len(matches) != 1:
             raise _unknown_model(text, root, "no (or no unique)" if not matches else "ambiguous key for")
         folder = matches[0]
@@ -595,18 +720,27 @@ def load_zoo_encoder(name: str, *, cache_root: str | os.PathLike | None = None):
     card = _read_card(folder)
     if card is None:
         raise _unknown_model(text, root, f"incomplete files in {folder} for")
-    path = folder / card.get("checkpoint", _CHECKPOINT)
-    sha = file_sha256(path)
-    if sha != card.get("checkpoint_sha256"):
-        raise ModelError(
-            f"checkpoint {path} of zoo model {base!r} does not match its model card (hash changed); "
-            "retrain it with crslib.models.train_zoo(..., force=True)"
-        )
-    module = build_encoder_module(card["architecture"])
-    try:
-        module.load_state_dict(load_file(str(path)), strict=True)
-    except (RuntimeError, OSError, ValueError) as exc:
-        raise ModelError(f"cannot load zoo checkpoint {path}: {str(exc).splitlines()[0]}") from None
+    return _encoder_from_folder(folder, base, dict(card, weights="trained here"))
+
+
+def _encoder_from_folder(folder: Path, base: str, card: dict[str, Any]):
+    """The encoder of one model folder, its checkpoint checked against the card's hash first."""
+    from safetensors.torch import load_file
+
+    if card.get("built_from_seed"):
+        module, sha = _seeded_module(card)
+        if sha != card.get("checkpoint_sha256"):
+            log.warning("zoo model %s built from seed %s differs from the build its card records (SHA-256 %s, "
+                        "card %s): another torch version initialises differently", base, card["seed"], sha,
+                        card.get("checkpoint_sha256"))
+    else:
+        path = folder / card.get("checkpoint", _CHECKPOINT)
+        sha = verify_checkpoint(path, card)
+        module = build_encoder_module(card["architecture"])
+        try:
+            module.load_state_dict(load_file(str(path)), strict=True)
+        except (RuntimeError, OSError, ValueError) as exc:
+            raise ModelError(f"cannot load zoo checkpoint {path}: {str(exc).splitlines()[0]}") from None
     module.eval()
     pre = card["preprocessing"]
     preprocessing = Preprocessing(
@@ -616,5 +750,3 @@ def load_zoo_encoder(name: str, *, cache_root: str | os.PathLike | None = None):
     encoder = TorchEncoder(module, name=f"zoo:{base}", preprocessing=preprocessing, fingerprint="file:" + sha)
     encoder.card = card
     return encoder
-
-
