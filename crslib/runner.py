@@ -297,7 +297,10 @@ def _names_external_input(value: Any) -> bool:
 def _code_digest() -> str:
     package = Path(__file__).resolve().parent
     # every module of every subpackage, named by its path inside the package
-    return digest_of([[p.relative_to(package).as_posix(), file_sha256(p)] for p in sorted(package.rglob("*.py"))])
+    # and the shipped zoo's cards (each holds its weights' SHA-256) and fine-tuning results' cards
+    files = sorted(package.rglob("*.py")) + sorted(package.glob("models/zoo_weights/*/card.json")) \
+        + sorted(package.glob("models/finetune_results/*.json"))
+    return digest_of([[p.relative_to(package).as_posix(), file_sha256(p)] for p in files])
 
 
 def execution_key(source: Path, parameters: dict[str, Any], upstream: str, versions: dict[str, str]) -> str | None:

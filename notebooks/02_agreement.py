@@ -36,10 +36,11 @@
 # *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`mutual kNN overlap <glossary-mutual-knn-overlap>`, {ref}`chance level <glossary-chance-overlap>`, {ref}`CKA <glossary-cka>`, {ref}`CKNNA <glossary-cknna>`, {ref}`Jaccard kNN <glossary-jaccard-knn>`, {ref}`Mantel test <glossary-mantel-test>`, {ref}`AUROC <glossary-auroc>`, {ref}`approximate neighbour index <glossary-approximate-index>`, {ref}`recall@k <glossary-recall-at-k>`.
 
 # %% tags=["parameters"]
-data = "phantom?patients=300&size=64&seed=0"
-zoo_data = "phantom?patients=300&size=64&seed=0"  # what zoo: models train on (only when one is listed)
+data = "phantom?patients=300&size=64&seed=1"  # other patients than the zoo trained on (zoo_data, seed 0)
+zoo_data = "phantom?patients=600&size=64&seed=0"  # what zoo: models train on (only when one is listed)
 models = "zoo:*,public:efficientnet_lite0,public:open_nsfw"  # comma-separated model specs; zoo:* = the whole zoo
-zoo_preset = "quick"
+zoo_preset = "default"
+zoo_weights = "shipped"  # shipped: the zoo trained once and shipped with crslib; retrain: trained anew here
 public_size = 64
 k = 10
 target_recall = 0.95  # above 200,000 images: the approximate search is tuned to this recall@k (lower 95% bound)
@@ -93,7 +94,7 @@ zoo_names = {s.name for s in zoo_specs(zoo_preset)} if zoo_singles else set()
 zoo_references = [r for r in dict.fromkeys(random_init_spec(s) for s in zoo_singles)
                   if r and r[4:] in zoo_names and r not in requested and "zoo:*" not in requested]
 lineup = resolve_models(requested + zoo_references, zoo_data=zoo_data, zoo_preset=zoo_preset,
-                        public_size=public_size, scheduler=scheduler, device=device)
+                        zoo_weights=zoo_weights, public_size=public_size, scheduler=scheduler, device=device)
 cards = lineup.cards
 specs = dict(lineup.specs)
 info = lineup.info[["name", "objective", "architecture", "seed"]].copy()

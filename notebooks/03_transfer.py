@@ -33,9 +33,10 @@
 # *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`linear map <glossary-linear-map>`, {ref}`classifier transfer and retention <glossary-classifier-transfer>`, {ref}`Procrustes <glossary-procrustes>`, {ref}`AUROC <glossary-auroc>`.
 
 # %% tags=["parameters"]
-data = "phantom?patients=300&size=64&seed=0"
-zoo_data = "phantom?patients=300&size=64&seed=0"
-zoo_preset = "quick"
+data = "phantom?patients=300&size=64&seed=1"  # other patients than the zoo trained on (zoo_data, seed 0)
+zoo_data = "phantom?patients=600&size=64&seed=0"
+zoo_preset = "default"
+zoo_weights = "shipped"  # shipped: the zoo trained once and shipped with crslib; retrain: trained anew here
 public_size = 64
 old_model = "zoo:supervised_multilabel-cnn_small-seed0"
 new_models = "zoo:supervised_multilabel-cnn_small-seed1,zoo:contrastive-cnn_small-seed0,public:efficientnet_lite0"
@@ -74,7 +75,8 @@ skips = SkipLog(results)
 manifest = load_data(data)
 # the zoo is trained (or reused) only when a zoo: model is listed, on zoo_data, never on data
 requested = [old_model, *[s.strip() for s in new_models.split(",") if s.strip()]]
-lineup = resolve_models(requested, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size),
+lineup = resolve_models(requested, zoo_data=zoo_data, zoo_preset=zoo_preset,
+                        zoo_weights=zoo_weights, public_size=int(public_size),
                         device=device)
 # models by their spec as given (zoo models as zoo:NAME), embedded with the loadable spec
 shown = {row.name: row.spec if row.backend == "zoo" else row.name for row in lineup.info.itertuples()}

@@ -48,8 +48,9 @@
 
 # %% tags=["parameters"]
 data = "phantom?patients=400&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5"
-zoo_data = "phantom?patients=300&size=64&seed=0"
-zoo_preset = "quick"
+zoo_data = "phantom?patients=600&size=64&seed=0"
+zoo_preset = "default"
+zoo_weights = "shipped"  # shipped: the zoo trained once and shipped with crslib; retrain: trained anew here
 public_size = 64
 backbones = ("zoo:supervised_multilabel-cnn_small-seed0,zoo:contrastive-cnn_small-seed0,"
              "zoo:masked_image_modelling-cnn_small-seed0,zoo:supervised_multilabel-cnn_wide-seed0,"
@@ -112,7 +113,8 @@ def code(text) -> str:
 
 
 # the backbones: the zoo is trained (or reused) only for zoo: specs, on zoo_data, never on `data`
-lineup = resolve_models(backbones, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size),
+lineup = resolve_models(backbones, zoo_data=zoo_data, zoo_preset=zoo_preset,
+                        zoo_weights=zoo_weights, public_size=int(public_size),
                         device=device)
 loadable = {("zoo:" + r.name if r.backend == "zoo" else r.name): r.spec for r in lineup.info.itertuples()}
 backbone_list = list(loadable)
@@ -170,7 +172,7 @@ if run_grid:
 embedded = backbone_list if run_grid else [reported_backbone] if run_partitions else []
 embeddings = embed_models(manifest, {spec: loadable[spec] for spec in embedded}, device=device) if embedded else {}
 if skips.check("the protocol grid (backbones x training policies x threshold rules)", grid_need):
-    frames = []
+    frames, tuned_from = [], []
     for spec in backbone_list:
         for s in seed_list:
             prob, C = protocol.linear_probe(embeddings[spec], y, assignment, groups=groups, random_state=s)
@@ -185,6 +187,7 @@ if skips.check("the protocol grid (backbones x training policies x threshold rul
                 skips.check(f"the fine-tuned policy of {spec}", str(exc))
                 break
             frames.append(tuned.assign(backbone=spec, policy="finetuned", seed=s, patient_id=groups)[frames[0].columns])
+            tuned_from.append(tuned.attrs.get("source", "trained"))
     predictions = pd.concat(frames, ignore_index=True)
     predictions.to_csv(results / "predictions.csv", index=False)
     grid = protocol.protocol_grid(predictions, n_resamples=int(n_resamples), random_state=seed)
@@ -194,7 +197,11 @@ if skips.check("the protocol grid (backbones x training policies x threshold rul
     display(Markdown(
         f"{predictions.groupby(['backbone', 'policy', 'seed']).ngroups} models, {len(grid):,} grid cells "
         f"({grid['rule'].nunique()} threshold rules x {grid['metric'].nunique()} metrics per model). "
-        + "".join(f"Frozen only: {code(spec)}." for spec in frozen_only)
+        + "".join(f"Frozen only: {code(spec)}. " for spec in frozen_only)
+        + (f"Of the {len(tuned_from)} fine-tuned models, {tuned_from.count('shipped')} were read from the "
+           "fine-tuning results that ship with crslib (a recorded run of this chapter with the same backbone "
+           f"weights, images, labels and schedule), {tuned_from.count('cache')} from this machine's cache, and "
+           f"{tuned_from.count('trained')} were trained in this run." if tuned_from else "")
     ))
     if reported_policy not in set(predictions[predictions.backbone == reported_backbone].policy):
         display(Markdown(f"The reported backbone {code(reported_backbone)} has no {esc(reported_policy)} model; "

@@ -53,8 +53,9 @@
 data = "phantom?patients=400&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5"
 null_data = "phantom?patients=400&size=64&seed=2&kermany=1"  # audited only when `data` is a phantom
 model = "public:efficientnet_lite0"
-zoo_data = "phantom?patients=300&size=64&seed=0"  # what a zoo: model trains on (only when `model` is one)
-zoo_preset = "quick"
+zoo_data = "phantom?patients=600&size=64&seed=0"  # what a zoo: model trains on (only when `model` is one)
+zoo_preset = "default"
+zoo_weights = "shipped"  # shipped: the zoo trained once and shipped with crslib; retrain: trained anew here
 public_size = 64
 n_resamples = 500
 n_permutations = None  # None: run_audit's default, 100 (embeddings: only up to 1,000,000 values)
@@ -91,7 +92,8 @@ results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
 is_phantom = str(data).startswith("phantom")
 # the zoo trains (or is reused) only when `model` is a zoo: spec, and then on zoo_data
-model_spec = resolve_models(model, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size),
+model_spec = resolve_models(model, zoo_data=zoo_data, zoo_preset=zoo_preset,
+                            zoo_weights=zoo_weights, public_size=int(public_size),
                             device=device).specs
 model_spec = next(iter(model_spec.values()))
 

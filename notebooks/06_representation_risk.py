@@ -71,9 +71,10 @@
 # *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`locked validation <glossary-locked-validation>`, {ref}`feature union <glossary-feature-union>`, {ref}`average, greedy average and stack <glossary-stack>`, {ref}`proper score <glossary-proper-score>`, {ref}`AUROC <glossary-auroc>`, {ref}`balanced accuracy <glossary-balanced-accuracy>`, {ref}`ECE <glossary-ece>`.
 
 # %% tags=["parameters"]
-data = "phantom?patients=300&size=64&seed=0"
-zoo_data = "phantom?patients=300&size=64&seed=0"
-zoo_preset = "quick"
+data = "phantom?patients=300&size=64&seed=1"  # other patients than the zoo trained on (zoo_data, seed 0)
+zoo_data = "phantom?patients=600&size=64&seed=0"
+zoo_preset = "default"
+zoo_weights = "shipped"  # shipped: the zoo trained once and shipped with crslib; retrain: trained anew here
 public_size = 64
 encoders = ("zoo:supervised_multilabel-cnn_small-seed0,zoo:contrastive-cnn_small-seed0,"
             "zoo:masked_image_modelling-cnn_small-seed0,zoo:autoencoder-cnn_small-seed0,"
@@ -128,7 +129,8 @@ def code(text):
 manifest = load_data(data)
 on_phantom = str(data).startswith("phantom")
 # the zoo is trained (or reused) only when a zoo: encoder is listed, on zoo_data, never on data
-lineup = resolve_models(encoders, zoo_data=zoo_data, zoo_preset=zoo_preset, public_size=int(public_size),
+lineup = resolve_models(encoders, zoo_data=zoo_data, zoo_preset=zoo_preset,
+                        zoo_weights=zoo_weights, public_size=int(public_size),
                         device=device)
 names = {name: short(name) for name in lineup.names}
 if len(set(names.values())) < len(names):  # two encoders with the same short name keep their full names

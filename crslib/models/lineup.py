@@ -105,7 +105,8 @@ def resolve_models(
     models: str | Sequence[str],
     *,
     zoo_data: str | os.PathLike,
-    zoo_preset: str | os.PathLike | Mapping[str, Any] = "quick",
+    zoo_preset: str | os.PathLike | Mapping[str, Any] = "default",
+    zoo_weights: str = "shipped",
     public_size: int | None = None,
     scheduler: Any = None,
     device: str | None = None,
@@ -123,6 +124,11 @@ def resolve_models(
         reads), e.g. the phantom; read only when a ``zoo:`` spec is listed.
     zoo_preset : str, path or mapping
         The zoo preset (:func:`crslib.models.zoo.zoo_specs`).
+    zoo_weights : {"shipped", "retrain"}
+        ``"shipped"``: the zoo's weights that ship with crslib, for every
+        model that was trained from the same spec on the same ``zoo_data``
+        (others are trained here); ``"retrain"``: the zoo trained anew in
+        the cache (:func:`crslib.models.zoo.zoo_cards`).
     public_size : int, optional
         Input size given to ``public:`` specs that set none
         (:func:`crslib.models.with_image_size`).
@@ -149,9 +155,8 @@ def resolve_models(
     cards = pd.DataFrame()
     rows: list[dict[str, Any]] = []
     if ALL_ZOO in requested or zoo_names:
-        from crslib.data import load_data
-        from crslib.models.zoo import train_zoo, zoo_specs
-        from crslib.models.zoo_presets import factor_values
+        from crslib.models.zoo import zoo_cards, zoo_specs
+        from crslib.models.zoo_presets import _preset_image_size, factor_values
 
         preset_specs = zoo_specs(zoo_preset)
         by_name = {s.name: s for s in preset_specs}
@@ -161,7 +166,8 @@ def resolve_models(
                              f"{', '.join(by_name)} (or write zoo:* for all of them)")
         wanted = list(by_name) if ALL_ZOO in requested else []
         wanted += [n.split("@")[0] for n in zoo_names if n.split("@")[0] not in wanted]
-        cards = train_zoo(load_data(zoo_data), preset=zoo_preset, specs=[by_name[n] for n in wanted],
+        cards = zoo_cards([by_name[n] for n in wanted], zoo_data=str(zoo_data),
+                          image_size=_preset_image_size(zoo_preset, None), weights=zoo_weights,
                           scheduler=scheduler, device=device)
     card_by_name = {str(c["name"]): c for _, c in cards.iterrows()}
     specs: dict[str, str] = {}
@@ -172,7 +178,7 @@ def resolve_models(
                 continue
             if name in card_by_name or spec.startswith("zoo:"):
                 card = card_by_name[name.split("@")[0]]
-                specs[name] = f"zoo:{name}"
+                specs[name] = f"zoo:{name}" if "@" in name else str(card["loadable"])
                 rows.append({"name": name, "spec": specs[name], "backend": "zoo", "objective": card["objective"],
                              "architecture": card["architecture"], "seed": int(card["seed"]),
                              **factor_values(card["spec"])})
