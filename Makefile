@@ -18,11 +18,12 @@ export CRS_CACHE_DIR ?= $(CURDIR)/.cache/crs
 export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install book test bench mutation clean help
+.PHONY: install book test test-all bench mutation clean help
 
 help:
 	@echo "make book   build the book on the embedded phantom data (PRESET=quick|default|full)"
-	@echo "make test   run the test suite"
+	@echo "make test   run the test suite (without the training tier)"
+	@echo "make test-all  the whole test suite, the training tier included (retraining, objectives from scratch)"
 	@echo "make bench  run the benchmarks in bench/"
 	@echo "make mutation  mutation testing of the analysis modules (MODULES=\"stats metrics\" for some)"
 
@@ -39,7 +40,11 @@ install: $(STAMP)
 book: $(STAMP)
 	$(BIN)/crs book --preset $(PRESET)
 
+# the training tier (tests that train zoo models or fine-tune from scratch) runs in test-all and weekly
 test: $(STAMP)
+	$(BIN)/python -m pytest -m "not training" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(STAMP)

@@ -103,8 +103,10 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
     from crslib.data import load_data
     from crslib.models import list_zoo, train_zoo
 
+    if args.retrain or args.ship:
+        return _zoo_retrain(args)
     if args.list:
-        cards = list_zoo()
+        cards = list_zoo(include_shipped=True)
     else:
         data = args.data or preset_zoo_data(args.preset)
         cards = train_zoo(load_data(data), preset=args.preset, force=args.force, progress=None,
@@ -112,13 +114,63 @@ def _cmd_zoo(args: argparse.Namespace) -> int:
     if cards.empty:
         print("no zoo models trained yet: run crs zoo --preset quick")
         return 0
-    columns = [c for c in ["name", "objective", "architecture", "seed", "epochs", "final_loss",
+    columns = [c for c in ["name", "weights", "objective", "architecture", "seed", "epochs", "final_loss",
                            "wall_time_s", "reused"] if c in cards.columns]
     print(cards[columns].to_string(index=False))
     if "wall_time_s" in cards.columns and "reused" in cards.columns:
         trained = cards.loc[~cards["reused"].astype(bool), "wall_time_s"].sum()
         print(f"{len(cards)} models; trained now: {int((~cards['reused'].astype(bool)).sum())} in {trained:.1f} s")
+    if "key" in cards.columns and not args.list:
+        print("load a model trained here as zoo:NAME@KEY (zoo:NAME loads the shipped one), e.g. "
+              f"zoo:{cards['name'].iloc[0]}@{str(cards['key'].iloc[0])[:16]}")
     return 0
+
+
+def _zoo_retrain(args: argparse.Namespace) -> int:
+    """``crs zoo --retrain``: train anew, compare with the shipped zoo; exit 1 when a model did not learn."""
+    import pandas as pd
+
+    from crslib.zoo_retrain import retrain_zoo
+
+    table = retrain_zoo(args.preset, models=args.models, data=args.data, force=args.force,
+                        scheduler=args.scheduler, device=args.device)
+
+    def margin(row: pd.Series, which: str) -> str:
+        value = row[f"{which}_margin"]
+        if pd.isna(value):
+            return "-"
+        return f"{value:+.3f} [{row[f'{which}_low']:+.3f}, {row[f'{which}_high']:+.3f}]"
+
+    shown = pd.DataFrame({
+        "model": table["name"], "shipped margin": [margin(r, "shipped") for _, r in table.iterrows()],
+        "retrained margin": [margin(r, "retrained") for _, r in table.iterrows()],
+        "overlap@10 with shipped": [("-" if pd.isna(v) else f"{v:.3f}") for v in table["overlap_with_shipped"]],
+        "same weights": table["same_weights"].map({True: "yes", False: "no"})})
+    print(shown.to_string(index=False))
+    print("margin: probe AUROC minus the initial weights' on the zoo data's held-out images, 95% interval; "
+          "overlap@10: shared share of 10 nearest neighbours, shipped vs retrained embeddings of those images")
+    if args.ship:
+        _ship(args, table)
+    unlearned = table.loc[table["retrained_learned"].notna() & ~table["retrained_learned"].astype(bool), "name"]
+    if len(unlearned):
+        print(f"{len(unlearned)} retrained model(s) do not clear their initial weights: {', '.join(unlearned)}")
+        return 1
+    return 0
+
+
+def _ship(args: argparse.Namespace, table) -> None:
+    """``crs zoo --ship``: copy the retrained models into the shipped zoo (a developer step, then commit)."""
+    from crslib.config import preset_zoo_data
+    from crslib.models import list_zoo
+    from crslib.models.zoo_shipped import ship_model
+    from crslib.staging import git_commit
+
+    data = args.data or preset_zoo_data(args.preset)
+    cards = list_zoo().set_index("key")
+    commit = git_commit()
+    for key in table["key"]:
+        card = cards.loc[key].to_dict() | {"key": key}
+        print(f"shipped {ship_model(card, zoo_data=data, commit=commit)}")
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -358,7 +410,8 @@ def _cmd_book(args: argparse.Namespace) -> int:
 
     record = build_book(args.config or args.preset, only=args.only, build=not args.no_build,
                         repository_url=args.repository_url, reuse=not args.rerun, data=args.data,
-                        models=args.models, overrides=[tuple(pair) for pair in args.parameters or ()],
+                        models=args.models, overrides=[tuple(pair) for pair in args.parameters or ()]
+                        + ([("zoo_weights", "retrain")] if args.zoo == "retrain" else []),
                         progress=show)
     for notebook in record.notebooks:
         for skip in notebook.skips:
@@ -432,6 +485,15 @@ def _add_zoo_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--data", metavar="DATA", help="training data (default: the preset's phantom)")
     p.add_argument("--force", action="store_true", help="retrain even when a cached model matches")
     p.add_argument("--list", action="store_true", help="list the trained models and exit")
+    p.add_argument("--retrain", action="store_true",
+                   help="train the preset's models anew into the cache and compare each with the shipped one "
+                   "(probe margins, neighbour overlap); exit 1 when a retrained model does not clear its initial "
+                   "weights")
+    p.add_argument("--models", nargs="+", metavar="PATTERN",
+                   help="with --retrain: only the models whose names match these shell patterns")
+    p.add_argument("--ship", action="store_true",
+                   help="with --retrain: copy the retrained models into crslib/models/zoo_weights (for "
+                   "maintainers; commit the result)")
     _add_scheduler(p)
     _add_device(p)
     p.set_defaults(func=_cmd_zoo)
@@ -603,6 +665,9 @@ def _add_book_command(sub: argparse._SubParsersAction) -> None:
                    "(repeatable): NAME in every selected notebook that has it, NOTEBOOK.NAME (e.g. "
                    "02_agreement.k or 02.k) in one; VALUE is read as YAML (20 an int, 0.5 a float, true a "
                    "bool, other text a string) and must fit the type of the notebook's default")
+    p.add_argument("--zoo", choices=["shipped", "retrain"], default="shipped",
+                   help="the zoo's weights: shipped (trained once, in the repository; the default) or retrain "
+                   "(trained anew in the cache, as crs zoo --retrain does)")
     p.add_argument("--no-build", action="store_true", help="execute the notebooks but do not build HTML")
     p.add_argument("--rerun", action="store_true",
                    help="execute every notebook, even one whose identical execution (same source, parameters, "
