@@ -400,6 +400,9 @@ def _cmd_book(args: argparse.Namespace) -> int:
             line = "building the HTML book..."
         elif step.event == "built":
             line = f"HTML book built in {clock(step.seconds or 0.0)}, elapsed {clock(step.elapsed)}"
+        elif step.event == "unchanged":
+            line = (f"HTML book unchanged (it shows run {step.reused_from}, whose executions this run reused): "
+                    f"not rebuilt, elapsed {clock(step.elapsed)}")
         else:
             how = (f"reused from run {step.reused_from} (identical execution)" if step.reused_from
                    else f"done in {clock(step.seconds or 0.0)}")

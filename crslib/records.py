@@ -37,6 +37,7 @@ class RunRecord:
     build_seconds: float | None = None
     provenance: dict[str, Any] = field(default_factory=dict)
     overrides: list[list[str]] = field(default_factory=list)  # the ``-p NAME VALUE`` pairs, as typed
+    book_from_run: str | None = None  # the HTML was left as the run named here built it (nothing changed)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,7 +34,7 @@ from crslib.config import cache_dir, load_preset
 from crslib.errors import ConfigError, NotebookError
 from crslib.overrides import apply_overrides
 from crslib.records import NotebookRecord, RunRecord
-from crslib.staging import REPO_ROOT, collect_provenance, stage_run
+from crslib.staging import GENERATED, REPO_ROOT, collect_provenance, stage_run
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +167,7 @@ def with_overrides(config: dict[str, Any], *, data: str | None = None, models: s
 class Progress:
     """One step of a book run, as :func:`run_notebooks` and :func:`build_book` report it to ``progress``."""
 
-    event: str  # 'start', 'done' or 'failed' (a notebook); 'build' or 'built' (the HTML)
+    event: str  # 'start', 'done' or 'failed' (a notebook); 'build', 'built' or 'unchanged' (the HTML)
     index: int  # the notebook's 1-based position in the run (the number of notebooks for the HTML)
     total: int
     name: str
@@ -648,6 +648,9 @@ def build_book(
     began = time.perf_counter()
     record = run_notebooks(preset, only=only, run_root=run_root, reuse=reuse, data=data, models=models,
                            overrides=overrides, progress=progress)
+    unchanged = _unchanged_build(record, book_root, repository_url) if build else None
+    if unchanged is not None:
+        return _reuse_build(record, unchanged, began, progress)
     record.provenance = collect_provenance(record)
     atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
     stage_run(record, book_root=book_root)
@@ -660,4 +663,74 @@ def build_book(
         record.build_seconds = round(time.perf_counter() - start, 2)
         report(Progress("built", elapsed=time.perf_counter() - began, seconds=record.build_seconds, **step))
         atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
+        key = _build_key(record, book_root, repository_url)
+        if key is not None:
+            atomic_write_json(Path(record.html_index).parent.parent / BUILD_STAMP,
+                              {"key": key, "run_id": record.run_id, "run_dir": record.run_dir})
+    return record
+
+
+#: Written into ``_build/`` after a build: the key of what it showed (see :func:`_build_key`).
+BUILD_STAMP = ".crs-build.json"
+
+
+def _book_key(executions: list[list[str]], preset: str, book_root: str | os.PathLike | None,
+              repository_url: str | None) -> str:
+    """What a built book shows: each notebook's execution (the run that executed it), the preset, the
+    book's hand-written sources, the crslib code (and shipped zoo) and the repository URL."""
+    root = Path(book_root) if book_root else REPO_ROOT
+    sources = [root / "_config.yml", root / "_toc.yml"] + sorted(
+        p for p in (root / "book").rglob("*") if p.is_file() and p.relative_to(root).parts[:2] != GENERATED.parts)
+    return digest_of(["crs-build", executions, preset, _code_digest(), repository_url,
+                      [[p.relative_to(root).as_posix(), file_sha256(p)] for p in sources if p.is_file()]])
+
+
+def _build_key(record: RunRecord, book_root: str | os.PathLike | None, repository_url: str | None) -> str | None:
+    """The :func:`_book_key` of a finished build; None when a notebook executed without an execution key
+    (on the user's own files: never the same twice)."""
+    executions = []
+    for notebook in record.notebooks:
+        external = any(_names_external_input(v) for k, v in notebook.parameters.items() if k != "results_dir")
+        origin = notebook.reused_from or (None if external else record.run_id)
+        if origin is None:
+            return None
+        executions.append([notebook.name, origin])
+    return _book_key(executions, record.preset, book_root, repository_url)
+
+
+def _unchanged_build(record: RunRecord, book_root: str | os.PathLike | None,
+                     repository_url: str | None) -> dict[str, Any] | None:
+    """The stamp of the last build when this run would build the same book (every notebook reused
+    from the executions that build showed, nothing else changed), else None."""
+    if not record.notebooks or not all(n.reused_from for n in record.notebooks):
+        return None
+    root = Path(book_root) if book_root else REPO_ROOT
+    index = root / "_build" / "html" / "index.html"
+    try:
+        stamp = json.loads((root / "_build" / BUILD_STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    key = _book_key([[n.name, n.reused_from] for n in record.notebooks], record.preset, book_root, repository_url)
+    if not isinstance(stamp, dict) or stamp.get("key") != key or not index.is_file():
+        return None
+    return dict(stamp, html_index=str(index))
+
+
+def _reuse_build(record: RunRecord, stamp: dict[str, Any], began: float,
+                 progress: Callable[[Progress], None] | None) -> RunRecord:
+    """Finish a run whose book is already built: point it at that HTML and the run it shows."""
+    try:
+        shown = json.loads((Path(stamp["run_dir"]) / "run.json").read_text(encoding="utf-8"))
+        record.provenance = shown.get("provenance") or {}
+    except (OSError, ValueError, KeyError):
+        record.provenance = {}
+    record.html_index = stamp["html_index"]
+    record.build_seconds = 0.0
+    record.book_from_run = str(stamp.get("run_id"))
+    atomic_write_json(Path(record.run_dir) / "run.json", record.to_dict())
+    log.info("the book is unchanged since run %s: not rebuilt", stamp.get("run_id"))
+    if progress is not None:
+        step = {"index": len(record.notebooks), "total": len(record.notebooks), "name": "HTML book"}
+        progress(Progress("unchanged", elapsed=time.perf_counter() - began, seconds=0.0,
+                          reused_from=record.book_from_run, **step))
     return record

@@ -106,3 +106,40 @@ def test_code_digest_covers_the_subpackages(monkeypatch):
         assert runner._code_digest() != before, changed
     monkeypatch.setattr(runner, "file_sha256", real)
     assert runner._code_digest() == before
+
+
+def _record(run_id: str, reused_from: str | None, parameters: dict | None = None):
+    from crslib.records import NotebookRecord, RunRecord
+
+    record = RunRecord(run_id, f"runs/{run_id}", "quick", {}, "2026-01-01T00:00:00+00:00")
+    for name in ("01_a", "02_b"):
+        record.notebooks.append(NotebookRecord(name, dict(parameters or {"data": "phantom"}), 1.0, f"{name}.ipynb",
+                                               reused_from=reused_from))
+    return record
+
+
+def test_a_warm_rebuild_with_nothing_changed_keeps_the_last_html_and_anything_else_rebuilds(tmp_path) -> None:
+    from crslib._io import atomic_write_json
+    from crslib.runner import BUILD_STAMP, _build_key, _unchanged_build
+
+    (tmp_path / "book").mkdir()
+    for name in ("_config.yml", "_toc.yml", "book/intro.md"):
+        (tmp_path / name).write_text(name)
+    (tmp_path / "book" / "generated").mkdir()
+    (tmp_path / "_build" / "html").mkdir(parents=True)
+    (tmp_path / "_build" / "html" / "index.html").write_text("<html></html>")
+    cold = _record("cold", None)  # executed every notebook
+    atomic_write_json(tmp_path / "_build" / BUILD_STAMP,
+                      {"key": _build_key(cold, tmp_path, None), "run_id": "cold", "run_dir": cold.run_dir})
+    warm = _record("warm", "cold")
+    stamp = _unchanged_build(warm, tmp_path, None)
+    assert stamp["run_id"] == "cold" and stamp["html_index"] == str(tmp_path / "_build" / "html" / "index.html")
+    (tmp_path / "book" / "generated" / "page.md").write_text("staged pages are not sources")
+    assert _unchanged_build(warm, tmp_path, None) is not None
+    assert _unchanged_build(warm, tmp_path, "https://example.org/o/r") is None  # another repository URL
+    assert _unchanged_build(_record("warm2", None), tmp_path, None) is None  # a notebook executed again
+    assert _unchanged_build(_record("warm3", "other"), tmp_path, None) is None  # other executions
+    (tmp_path / "book" / "intro.md").write_text("edited")
+    assert _unchanged_build(warm, tmp_path, None) is None  # a hand-written page changed
+    # a run on the user's own files has no key: its book is always built
+    assert _build_key(_record("own", None, {"data": str(tmp_path)}), tmp_path, None) is None
