@@ -31,13 +31,17 @@ from crslib.errors import DataError, InputError, ModelError
 from crslib.models._training import ZOO_THREADS, set_lr, training_context, warmup_cosine_lr
 from crslib.models.encoders import TorchEncoder
 from crslib.models.specs import load_encoder
+from crslib.models.zoo_shipped import cpu_model
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FINETUNE_FORMAT", "finetune_classifier"]
+__all__ = ["FINETUNE_FORMAT", "SHIPPED_FINETUNE_DIR", "finetune_classifier"]
 
 #: Bumped when a change of the fine-tuning code changes the predictions it produces.
 FINETUNE_FORMAT = 1
+#: Shipped fine-tuning results of the recorded runs of the quick and default books (same key, same files as
+#: the cache's ``finetune/`` folder): the book's fine-tuned backbones are read from here, not trained.
+SHIPPED_FINETUNE_DIR = Path(__file__).resolve().parent / "finetune_results"
 
 
 def _labels01(values: pd.Series, where: str) -> np.ndarray:
@@ -85,6 +89,11 @@ def finetune_classifier(
     algorithms, a seeded generator) and its output is cached under
     ``<cache>/finetune/<key>.csv``: the key covers the encoder's fingerprint,
     every image's content hash, label and split, and the hyperparameters.
+    The results of the book's own fine-tunings ship in
+    :data:`SHIPPED_FINETUNE_DIR` under the same keys, so the quick and
+    default books read them instead of training; any other backbone, data
+    or schedule is trained here (``attrs["source"]``: ``"shipped"``,
+    ``"cache"`` or ``"trained"``).
 
     Parameters
     ----------
@@ -160,13 +169,19 @@ def finetune_classifier(
     card_path = out_path.with_suffix(".json")
     info = {"spec": spec, "key": key, "hparams": hparams}
 
-    cached = _cached_probs(out_path, card_path, manifest, key)
-    if cached is not None:
-        probs, seconds, final_loss = cached
-        return _finetune_frame(manifest, y_all, probs, info, hit=True, seconds=seconds, final_loss=final_loss)
+    shipped_path = SHIPPED_FINETUNE_DIR / out_path.name
+    for where, csv_path in (("cache", out_path), ("shipped", shipped_path)):
+        cached = _cached_probs(csv_path, csv_path.with_suffix(".json"), manifest, key, quiet=where == "shipped")
+        if cached is not None:
+            probs, seconds, final_loss = cached
+            frame = _finetune_frame(manifest, y_all, probs, info, hit=True, seconds=seconds, final_loss=final_loss)
+            frame.attrs["source"] = where
+            return frame
 
     show = progress_enabled(progress)
     t0 = time.perf_counter()
+    log.info("fine-tuning %s: %d training images, %d epochs (no shipped or cached result for these inputs)", spec,
+             int(train_mask.sum()), int(epochs))
     images = [read_image(p) for p in manifest["path"].astype(str)]
     x_all = encoder.preprocess_batch(images).float()
     probs_np, final_loss = _train_and_predict(
@@ -178,7 +193,9 @@ def finetune_classifier(
     frame = _finetune_frame(manifest, y_all, probs_np, info, hit=False, seconds=seconds, final_loss=final_loss)
     atomic_write_text(out_path, frame.to_csv(index=False, float_format="%.17g"))
     atomic_write_json(card_path, {"key": key, "spec": spec, "hparams": hparams, "seconds": seconds,
-                                  "final_loss": final_loss, "encoder_fingerprint": encoder.fingerprint()})
+                                  "final_loss": final_loss, "encoder_fingerprint": encoder.fingerprint(),
+                                  "trained_cpu": cpu_model(), "device": dev})
+    frame.attrs["source"] = "trained"
     return frame
 
 
@@ -227,10 +244,10 @@ def _finetune_frame(manifest: pd.DataFrame, y_all: np.ndarray, probs: np.ndarray
     return frame
 
 
-def _cached_probs(out_path: Path, card_path: Path, manifest: pd.DataFrame,
-                  key: str) -> tuple[np.ndarray, float, float | None] | None:
+def _cached_probs(out_path: Path, card_path: Path, manifest: pd.DataFrame, key: str, *,
+                  quiet: bool = False) -> tuple[np.ndarray, float, float | None] | None:
     """``(probs, seconds, final_loss)`` of a cached result for this key and
-    these rows, else None (a stale or unreadable cache is logged)."""
+    these rows, else None (a stale or unreadable cache is logged unless ``quiet``)."""
     if not (out_path.is_file() and card_path.is_file()):
         return None
     try:
@@ -241,7 +258,8 @@ def _cached_probs(out_path: Path, card_path: Path, manifest: pd.DataFrame,
             return cached["prob"].to_numpy(), float(card.get("seconds", 0.0)), card.get("final_loss")
     except (OSError, ValueError, KeyError):
         pass
-    log.warning("fine-tuning cache %s is unreadable or stale; recomputing", out_path)
+    if not quiet:
+        log.warning("fine-tuning cache %s is unreadable or stale; recomputing", out_path)
     return None
 
 
@@ -308,7 +326,10 @@ def _finetune_epochs(logits, opt, x_train, t_train, *, spec: str, epochs: int, s
     warmup = n_batches
     loss_fn = torch.nn.BCEWithLogitsLoss()
     step, final_loss = 0, None
-    for _epoch in tqdm(range(epochs), desc=f"fine-tune {spec}", unit="epoch", disable=not show, leave=False):
+    # one bar tick per step, so the bar's estimate of the time left is live from the first step on
+    bar = tqdm(total=total, desc=f"fine-tune {spec}", unit="step", disable=not show, leave=False)
+    t0 = time.perf_counter()
+    for _epoch in range(epochs):
         order = torch.randperm(n, generator=gen)
         losses = []
         for b in range(n_batches):
@@ -321,6 +342,11 @@ def _finetune_epochs(logits, opt, x_train, t_train, *, spec: str, epochs: int, s
             loss.backward()
             opt.step()
             step += 1
+            bar.update(1)
+            if step == 1:
+                log.info("fine-tuning %s: %d steps, about %.0f s from the first step's time", spec, total,
+                         total * (time.perf_counter() - t0))
             losses.append(float(loss.detach()))
         final_loss = float(np.mean(losses))
+    bar.close()
     return final_loss
