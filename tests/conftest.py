@@ -40,9 +40,15 @@ def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
     for name in ["_config.yml", "_toc.yml"]:
         shutil.copy2(repo_root / name, root / name)
     shutil.copytree(repo_root / "book", root / "book", ignore=shutil.ignore_patterns("generated"))
+    from crslib.config import cache_dir
     from crslib.runner import build_book
 
+    def trained() -> set[str]:  # zoo models and fine-tunings in the cache
+        return {p.name for folder in ("zoo/models", "finetune") for p in (cache_dir() / folder).glob("*")}
+
+    before = trained()
     record = build_book("quick", run_root=root / "runs", book_root=root)
+    record.trained_during_build = sorted(trained() - before)  # read by test_book: the quick book trains nothing
     return root, record
 
 

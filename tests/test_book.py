@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 import nbformat
+import pandas as pd
 import pytest
 
 pytestmark = pytest.mark.slow
@@ -197,6 +198,25 @@ def test_reproducibility_page_names_the_run_and_its_hashes(quick_book) -> None:
     assert saved["provenance"]["commit"] is None or saved["provenance"]["commit"] in text
     for entry in record.notebooks:
         assert entry.name in text
+    # the zoo the quick book used: the shipped weights, named with their hash and the commit that trained them
+    zoo = {m["name"]: m for m in saved["provenance"]["zoo"]}
+    from crslib.models.zoo_shipped import shipped_cards
+
+    for name, card in shipped_cards().items():
+        assert zoo[name]["weights"] == "shipped" and zoo[name]["checkpoint_sha256"] == card["checkpoint_sha256"]
+        assert card["checkpoint_sha256"][:16] in text
+    assert "shipped" in text
+
+
+def test_the_quick_book_trains_nothing(quick_book) -> None:
+    """Every zoo model is the shipped one and every fine-tuned backbone a shipped result (nothing trained)."""
+    root, record = quick_book
+    assert record.trained_during_build == [], "the quick book trained a zoo model or fine-tuned a backbone"
+    entry = next(e for e in record.notebooks if e.name == "04_protocol_sensitivity")
+    text = re.sub(r"<[^>]+>", "", Path(entry.output).read_text(encoding="utf-8"))
+    assert "0 from this machine's cache, and 0 were trained in this run" in text
+    margins = pd.read_csv(Path(record.run_dir) / "results" / "02_agreement" / "zoo_probe_margins.csv")
+    assert len(margins) == 14 and (margins["probe_low"] > 0).all() and margins["probe_learned"].all()
 
 
 def test_reference_pages_document_the_library_and_the_command(quick_book) -> None:

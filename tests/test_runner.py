@@ -221,8 +221,17 @@ def test_collect_provenance_hashes_data_zoo_and_weights(tmp_path, monkeypatch) -
     assert prov["data"] == {spec: {"images": len(manifest), "patients": int(manifest["patient_id"].nunique()),
                                    "content_sha256": digest_of(contents)}}
     assert prov["seeds"] == {"01_a.seed": 3, "02_b.seeds": [0, 1]}
-    assert prov["zoo"] == [{"name": "random_init-cnn_small-seed0", "key": cards.loc[0, "key"],
-                            "training_data_hash": cards.loc[0, "training_data_hash"]}]
+    # the shipped zoo, whose names a bare zoo: spec loads, then the cache's model that no shipped one hides
+    from crslib.models.zoo_shipped import shipped_cards
+
+    shipped = shipped_cards()
+    assert [m["name"] for m in prov["zoo"]] == sorted(shipped)
+    for entry in prov["zoo"]:
+        card = shipped[entry["name"]]
+        assert entry == {"name": card["name"], "weights": "shipped", "key": card["key"],
+                         "training_data_hash": card["training_data_hash"],
+                         "checkpoint_sha256": card["checkpoint_sha256"], "trained_commit": card["trained_commit"]}
+    assert cards.loc[0, "key"] not in {m["key"] for m in prov["zoo"]}  # hidden by the shipped model of its name
     assert prov["public_weights"] == {
         "efficientnet_lite0 (converted to timm)": hashlib.sha256(b"lite0.safetensors" * 10).hexdigest(),
         "open_nsfw (ONNX)": hashlib.sha256(b"nsfw.onnx" * 10).hexdigest(),

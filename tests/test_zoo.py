@@ -219,6 +219,7 @@ def test_deterministic_weights(manifest, tmp_path):
     assert a["checkpoint_sha256"][0] != a["checkpoint_sha256"][1]
 
 
+@pytest.mark.training  # learns from scratch: make test-all
 def test_supervised_beats_random_init_on_a_linear_probe(probe_manifest, zoo_root):
     from sklearn.linear_model import LogisticRegression
     from sklearn.metrics import roc_auc_score
@@ -247,6 +248,7 @@ def test_supervised_beats_random_init_on_a_linear_probe(probe_manifest, zoo_root
     assert scores["supervised_multilabel"] > scores["random_init"] + 0.03, scores
 
 
+@pytest.mark.training  # learns from scratch: make test-all
 @pytest.mark.parametrize("objective, epochs", [("contrastive", 12), ("self_distillation", 32), ("autoencoder", 96)])
 def test_self_supervised_objectives_beat_their_initial_weights_on_their_cards(probe_manifest, zoo_root, objective,
                                                                               epochs):
@@ -262,6 +264,7 @@ def test_self_supervised_objectives_beat_their_initial_weights_on_their_cards(pr
     assert card["probe_difference"] >= card["probe_low"] > 0 and card["embedding_effective_rank"] > 1.05
 
 
+@pytest.mark.training  # learns from scratch: make test-all
 def test_a_single_label_model_is_probed_on_the_label_it_was_taught(probe_manifest, zoo_root):
     """supervised_single's known answer: it learns its label, on which its card's probe clears its initial
     weights, and the card says so. When written (8 epochs): +0.187 [0.106, 0.269] on ``label=1``; on the
@@ -310,6 +313,7 @@ def test_each_model_is_probed_on_the_labels_it_trained_on():
 
 
 @pytest.mark.slow
+@pytest.mark.training  # learns from scratch on the default phantom: make test-all
 def test_masked_image_modelling_beats_its_initial_weights_as_the_default_book_trains_it(tmp_path):
     """Masked image modelling's known answer needs the default phantom (600 patients, 64 px) and
     the default preset's 96 epochs: on 300 patients, in batches of 32 (as many steps), neither 48
