@@ -294,6 +294,13 @@ def _names_external_input(value: Any) -> bool:
     return bool(text) and os.path.exists(os.path.expanduser(text))
 
 
+def _has_external_input(parameters: dict[str, Any]) -> bool:
+    """Whether a notebook's parameters name the user's own files. Its own ``results_dir`` does not, nor
+    does ``run_dir="."`` (chapter 07's: the run folder itself, whose results the upstream keys cover)."""
+    return any(_names_external_input(v) for k, v in parameters.items()
+               if k != "results_dir" and not (k == "run_dir" and v == "."))
+
+
 def _code_digest() -> str:
     package = Path(__file__).resolve().parent
     # every module of every subpackage, named by its path inside the package
@@ -314,7 +321,7 @@ def execution_key(source: Path, parameters: dict[str, Any], upstream: str, versi
     these. A notebook whose parameters name the user's own files gets no key:
     it always executes.
     """
-    if any(_names_external_input(v) for k, v in parameters.items() if k != "results_dir"):
+    if _has_external_input(parameters):
         return None
     return digest_of([
         EXECUTION_CACHE_VERSION, source.read_text(encoding="utf-8"),
@@ -690,8 +697,7 @@ def _build_key(record: RunRecord, book_root: str | os.PathLike | None, repositor
     (on the user's own files: never the same twice)."""
     executions = []
     for notebook in record.notebooks:
-        external = any(_names_external_input(v) for k, v in notebook.parameters.items() if k != "results_dir")
-        origin = notebook.reused_from or (None if external else record.run_id)
+        origin = notebook.reused_from or (None if _has_external_input(notebook.parameters) else record.run_id)
         if origin is None:
             return None
         executions.append([notebook.name, origin])

@@ -143,3 +143,15 @@ def test_a_warm_rebuild_with_nothing_changed_keeps_the_last_html_and_anything_el
     assert _unchanged_build(warm, tmp_path, None) is None  # a hand-written page changed
     # a run on the user's own files has no key: its book is always built
     assert _build_key(_record("own", None, {"data": str(tmp_path)}), tmp_path, None) is None
+
+
+def test_chapter_07_reading_its_own_run_folder_is_reusable_and_another_folder_is_not(tmp_path) -> None:
+    """``run_dir="."`` is the run folder itself, whose results the upstream keys cover; another folder is the user's."""
+    from crslib.runner import execution_key
+
+    source = tmp_path / "07_x.py"
+    source.write_text("# %%\nx = 1\n")
+    assert execution_key(source, {"run_dir": ".", "results_dir": "results/07"}, "up", {}) is not None
+    assert execution_key(source, {"run_dir": str(tmp_path), "results_dir": "r"}, "up", {}) is None
+    assert execution_key(source, {"run_dir": ".", "results_dir": "r"}, "up", {}) != \
+        execution_key(source, {"run_dir": ".", "results_dir": "r"}, "other upstream", {})
