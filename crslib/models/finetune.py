@@ -39,8 +39,9 @@ __all__ = ["FINETUNE_FORMAT", "SHIPPED_FINETUNE_DIR", "finetune_classifier"]
 
 #: Bumped when a change of the fine-tuning code changes the predictions it produces.
 FINETUNE_FORMAT = 1
-#: Shipped fine-tuning results of the recorded runs of the quick and default books (same key, same files as
-#: the cache's ``finetune/`` folder): the book's fine-tuned backbones are read from here, not trained.
+# Shipped fine-tuning results of the recorded runs of the quick and default books (same key, same files as
+# the cache's ``finetune/`` folder): the book's fine-tuned backbones are read from here, not trained.
+# (A plain comment, not a doc comment: the API page would show this machine's path.)
 SHIPPED_FINETUNE_DIR = Path(__file__).resolve().parent / "finetune_results"
 
 

@@ -41,7 +41,7 @@ from crslib.errors import ModelError
 __all__ = ["SHIPPED_DIR", "cpu_model", "shipped_card", "shipped_cards", "shipped_match", "ship_model",
            "verify_checkpoint"]
 
-#: Where the shipped zoo lives (one folder per model).
+# where the shipped zoo lives (one folder per model); a plain comment: the value is this machine's path
 SHIPPED_DIR = Path(__file__).resolve().parent / "zoo_weights"
 _CARD = "card.json"
 
