@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from crslib.models.zoo_shipped import cpu_model
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_PATH = REPO_ROOT / "bench" / "results.json"
 
@@ -56,21 +58,10 @@ def _gpu() -> str:
     return torch.cuda.get_device_name(0)
 
 
-def cpu_model() -> str:
-    """The processor's model name (``/proc/cpuinfo``), else :func:`platform.processor`."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.lower().startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def machine() -> dict:
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     info = {
-        "cpu_model": cpu_model(),
+        "cpu_model": cpu_model(),  # crslib's, as the zoo's cards record it
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "processor": platform.machine(),
