@@ -4,13 +4,15 @@ For each preset, a copy of the book sources is built twice by ``crs book``'s
 code path (:func:`crslib.runner.build_book`) in a fresh interpreter:
 
 - **cold**: an empty ``CRS_CACHE_DIR``, as after ``make install`` on a fresh
-  clone: the phantom is generated, the zoo trained, every embedding extracted,
-  every fine-tuning run, every notebook executed and the HTML built;
-- **warm**: the same again with the cache the cold build filled, so every
-  lookup is a hit: data, models, embeddings, fine-tuning and the notebook
-  executions themselves (a notebook whose source, parameters, crslib code
-  and package versions are unchanged is reused, see
-  :func:`crslib.runner.execution_key`); the HTML is rebuilt;
+  clone: the phantom is generated, every embedding extracted, every notebook
+  executed and the HTML built (the zoo and the fine-tunings ship: nothing is
+  trained);
+- **warm**: the same again in the same book folder with the cache the cold
+  build filled, so every lookup is a hit: data, models, embeddings and the
+  notebook executions themselves (a notebook whose source, parameters,
+  crslib code and package versions are unchanged is reused, see
+  :func:`crslib.runner.execution_key`); nothing changed, so the HTML of the
+  cold build is kept;
 - **rerun** (``quick`` only, for time): the warm build with ``--rerun``
   (every notebook executed again, every data, model and embedding lookup
   still a hit), to show what the execution cache saves.
@@ -130,8 +132,10 @@ def main(argv: list[str] | None = None) -> int:
             cache = tmp / "cache"
             load = os.getloadavg()[0]
             reference = reference_seconds()
-            cold, cold_notebooks = timed_build(preset, book_copy(tmp / "cold"), cache)
-            warm, warm_notebooks = timed_build(preset, book_copy(tmp / "warm"), cache)
+            checkout = book_copy(tmp / "cold")
+            cold, cold_notebooks = timed_build(preset, checkout, cache)
+            # warm: `make book` again in the same checkout with nothing changed
+            warm, warm_notebooks = timed_build(preset, checkout, cache)
             rerun = timed_build(preset, book_copy(tmp / "rerun"), cache, reuse=False)[0] if (
                 preset == "quick" and not args.no_rerun) else None
             load_after = os.getloadavg()[0]
