@@ -1,12 +1,17 @@
 # Two commands do all the set-up: `make book` and `make test`.
-# Both create (or reuse) .venv and install the versions pinned in requirements.lock.
+# Both create (or reuse) .venv and install the versions pinned in requirements.lock;
+# `make test` adds the test and development tools pinned in requirements-dev.lock.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.crs-installed
+DEV_STAMP := $(VENV)/.crs-dev-installed
 PRESET ?= default
 PYTEST_ARGS ?=
+# make test runs one pytest-xdist worker per core; TEST_WORKERS=0 runs the tests in one process
+TEST_WORKERS ?= auto
+XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 # analysis modules that `make mutation` mutates (see [tool.mutmut] in pyproject.toml)
 MODULES ?= agreement neighbors ann recall similarity subgroups factors probes splits stats _resample metrics audit shortcut risk risk_results risk_needs risk_scores risk_multiclass risk_select risk_inputs risk_metrics transfer protocol checklist checklist_items
 # own: a mutant runs only its module's own tests (tests/conftest.py OWN_TESTS); all: every fast test reaching it
@@ -18,7 +23,7 @@ export CRS_CACHE_DIR ?= $(CURDIR)/.cache/crs
 export MPLBACKEND := Agg
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: install book test test-all bench mutation clean help
+.PHONY: install install-dev book test test-all bench mutation clean help
 
 help:
 	@echo "make book   build the book on the embedded phantom data (PRESET=quick|default|full)"
@@ -35,17 +40,24 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
 	@touch $@
 
+# the test and development tools (pytest, selenium, mutmut, actionlint), on top of the user install
+$(DEV_STAMP): $(STAMP) requirements-dev.lock
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -r requirements-dev.lock
+	@touch $@
+
 install: $(STAMP)
+
+install-dev: $(DEV_STAMP)
 
 book: $(STAMP)
 	$(BIN)/crs book --preset $(PRESET)
 
 # the training tier (tests that train zoo models or fine-tune from scratch) runs in test-all and weekly
-test: $(STAMP)
-	$(BIN)/python -m pytest -m "not training" $(PYTEST_ARGS)
+test: $(DEV_STAMP)
+	$(BIN)/python -m pytest $(XDIST) -m "not training" $(PYTEST_ARGS)
 
-test-all: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+test-all: $(DEV_STAMP)
+	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	@set -e; for script in bench/bench_*.py; do echo "== $$script"; $(BIN)/python $$script; done
@@ -55,7 +67,7 @@ bench: $(STAMP)
 # mutants/report.md. RECHECK=1 runs only the mutants the last run left open (after new tests);
 # SCOPE (see tests/conftest.py) chooses which tests a mutant runs.
 mutation: export CRS_MUTATION_SCOPE = $(SCOPE)
-mutation: $(STAMP)
+mutation: $(DEV_STAMP)
 	@if [ -n "$(RECHECK)" ]; then \
 	    open=$$($(BIN)/python tools/mutation_report.py --open $(MODULES)) || exit $$?; \
 	    if [ -n "$$open" ]; then $(BIN)/mutmut run --max-children $$(nproc) $$open; fi; \

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import json
 import os
 import shutil
 import tempfile
@@ -11,6 +12,18 @@ from pathlib import Path
 # Set before crslib, torch or a notebook kernel reads them; kernels inherit them.
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["MPLBACKEND"] = "Agg"
+#: the pytest-xdist worker this process is (``make test`` runs one per core), or "" when alone
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+if XDIST_WORKER:
+    # one worker per core: each computes on one thread, so two workers do not fight over the cores
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
+elif "CRS_XDIST_GROUPS" not in os.environ:
+    # where the workers write each test's group (see pytest_xdist_make_scheduler); the workers inherit it
+    _fd, _groups_file = tempfile.mkstemp(prefix="crs-xdist-groups-", suffix=".json")
+    os.close(_fd)
+    os.environ["CRS_XDIST_GROUPS"] = _groups_file
+    atexit.register(lambda path=_groups_file, pid=os.getpid(): os.getpid() == pid and os.remove(path))
 if "CRS_CACHE_DIR" not in os.environ:
     os.environ["CRS_CACHE_DIR"] = _SESSION_CACHE = tempfile.mkdtemp(prefix="crs-test-cache-")
     _CREATOR = os.getpid()
@@ -21,6 +34,9 @@ if "CRS_CACHE_DIR" not in os.environ:
             shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
 
     atexit.register(_remove_session_cache)
+if XDIST_WORKER:
+    # each worker its own cache: a test that counts what was trained or cached sees only its own worker's work
+    os.environ["CRS_CACHE_DIR"] = os.path.join(os.environ["CRS_CACHE_DIR"], f"xdist-{XDIST_WORKER}")
 
 import crslib  # noqa: E402,F401  (applies the torchvision import fix first)
 import pytest  # noqa: E402
@@ -116,8 +132,57 @@ def _shares_setup(item: pytest.Item) -> bool:
     return any(defs and defs[-1].scope in ("module", "package", "session") for defs in definitions)
 
 
+#: Session fixtures that build a whole book: the tests using one run in one xdist worker, so it is built once.
+BOOK_FIXTURES = ("quick_book", "own_books")
+
+
+def _xdist_group(item: pytest.Item) -> str:
+    """The group of a test for the xdist scheduler: the book it reads, else its file when it shares a module fixture.
+
+    "" for a test that needs nothing built by another test.
+    """
+    names = getattr(item, "fixturenames", ())
+    for book in BOOK_FIXTURES:
+        if book in names:
+            return book
+    info = getattr(item, "_fixtureinfo", None)
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    if any(defs and defs[-1].scope in ("module", "package") for defs in definitions):
+        return Path(str(item.path)).name
+    return ""
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """With ``--dist loadgroup``, schedule by :func:`_xdist_group`: each book and each shared module fixture once.
+
+    pytest-xdist's own groups (the ``xdist_group`` mark) are read from the
+    test ids, which pytest 9 no longer lets a plugin rename; the workers
+    write the groups to the file ``CRS_XDIST_GROUPS`` instead, and the
+    scheduler reads it once every worker has collected.
+    """
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class _GroupScheduling(LoadScopeScheduling):
+        _groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self._groups is None:
+                self._groups = json.loads(Path(os.environ["CRS_XDIST_GROUPS"]).read_text() or "{}")
+            return self._groups.get(nodeid) or nodeid
+
+    return _GroupScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``make mutation``, run only the mutated module's own test files.
+    """Group the tests for pytest-xdist; under ``make mutation``, run only the mutated module's own tests.
+
+    With ``-n`` and ``--dist loadgroup`` (``make test``), the tests that read
+    one built book, or share one module's fixture (its phantoms), go to one
+    worker (:func:`pytest_xdist_make_scheduler`), so that nothing expensive is built twice.
+
+    Under ``make mutation``, run only the mutated module's own test files.
 
     mutmut runs a mutant's tests in a fresh fork, so a test of another
     module pays its whole fixture set-up (phantoms, audits: tens of seconds)
@@ -127,6 +192,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     what a module's own tests catch. ``SCOPE=all`` keeps every fast test that
     reaches the mutant. A normal test run is unchanged.
     """
+    if XDIST_WORKER:
+        # the books first: they take longest (``make test`` keeps this order, --no-loadscope-reorder)
+        items.sort(key=lambda item: next((i for i, b in enumerate(BOOK_FIXTURES) if _xdist_group(item) == b), 2))
+        groups = {item.nodeid: _xdist_group(item) for item in items}
+        target = Path(os.environ["CRS_XDIST_GROUPS"])
+        partial = target.with_name(f"{target.name}.{XDIST_WORKER}")
+        partial.write_text(json.dumps({k: v for k, v in groups.items() if v}))
+        partial.replace(target)  # every worker collects the same tests, so any one's file will do
     mutant = os.environ.get("MUTANT_UNDER_TEST", "")
     if not mutant.startswith("crslib."):
         return
