@@ -325,8 +325,10 @@ def _cmd_risk(args: argparse.Namespace) -> int:
 def _cmd_checklist(args: argparse.Namespace) -> int:
     from crslib._io import atomic_write_text
     from crslib.checklist import build_checklist
+    from crslib.records import run_results_folder
     from crslib.runner import read_run_evidence
 
+    run_results_folder(args.run_dir)  # a folder that holds no run is refused before anything is written
     evidence, run_id = read_run_evidence(args.run_dir)
     checklist = build_checklist(evidence, run_id=run_id)
     print(checklist.to_markdown())
@@ -341,8 +343,9 @@ def _cmd_checklist(args: argparse.Namespace) -> int:
 def _cmd_claims(args: argparse.Namespace) -> int:
     from crslib._io import atomic_write_text
     from crslib.claims import build_ledger
+    from crslib.records import run_results_folder
 
-    ledger = build_ledger(args.run_dir)
+    ledger = build_ledger(run_results_folder(args.run_dir))
     print(ledger.to_markdown())
     print(", ".join(f"{n} {name}" for name, n in ledger.counts().items() if n) + f" (of {len(ledger.verdicts)})")
     for path, text in ((args.json, ledger.to_json()), (args.markdown, ledger.to_markdown())):
@@ -406,15 +409,17 @@ def _cmd_book(args: argparse.Namespace) -> int:
         else:
             how = (f"reused from run {step.reused_from} (identical execution)" if step.reused_from
                    else f"done in {clock(step.seconds or 0.0)}")
-            filled = round(20 * step.index / step.total)
-            line = (f"{where}: {how}  [{'#' * filled}{'.' * (20 - filled)}] {step.index}/{step.total}, "
+            ended = step.completed or step.index  # notebooks run side by side: the bar counts those that ended
+            filled = round(20 * ended / step.total)
+            line = (f"{where}: {how}  [{'#' * filled}{'.' * (20 - filled)}] {ended}/{step.total}, "
                     f"elapsed {clock(step.elapsed)}")
         print(line, flush=True)
 
     record = build_book(args.config or args.preset, only=args.only, build=not args.no_build,
                         repository_url=args.repository_url, reuse=not args.rerun, data=args.data,
                         models=args.models, overrides=[tuple(pair) for pair in args.parameters or ()]
-                        + ([("zoo_weights", "retrain")] if args.zoo == "retrain" else []),
+                        + ([("zoo_weights", "retrain")] if args.zoo == "retrain" else [])
+                        + ([("strict", "true")] if args.strict else []),
                         progress=show)
     for notebook in record.notebooks:
         for skip in notebook.skips:
@@ -671,6 +676,9 @@ def _add_book_command(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--zoo", choices=["shipped", "retrain"], default="shipped",
                    help="the zoo's weights: shipped (trained once, in the repository; the default) or retrain "
                    "(trained anew in the cache, as crs zoo --retrain does)")
+    p.add_argument("--strict", action="store_true",
+                   help="stop at the first file of the data that is not a readable image (default: leave such "
+                   "files out, as crs embed --skip-unreadable does, and list them in chapter 01)")
     p.add_argument("--no-build", action="store_true", help="execute the notebooks but do not build HTML")
     p.add_argument("--rerun", action="store_true",
                    help="execute every notebook, even one whose identical execution (same source, parameters, "

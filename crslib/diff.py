@@ -35,7 +35,7 @@ import pandas as pd
 
 from crslib._io import JsonResult, json_ready
 from crslib.claims import Ledger, build_ledger
-from crslib.errors import InputError
+from crslib.records import run_results_folder
 
 __all__ = ["CHANGE_KINDS", "RTOL", "RunDiff", "TableDiff", "classify_change", "compare_ledgers", "compare_tables",
            "diff_runs", "interval_columns", "read_result_tables"]
@@ -488,20 +488,6 @@ def _n(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _results_folder(run_dir: str | os.PathLike) -> Path:
-    """A run folder's ``results/`` (or the folder itself when it holds the tables directly)."""
-    root = Path(run_dir)
-    if not root.is_dir():
-        raise InputError(f"run folder {str(run_dir)!r} does not exist or is not a folder; give two run folders "
-                         "(runs/<id>/ from crs book)")
-    if (root / "results").is_dir():
-        return root / "results"
-    if next(root.rglob("*.csv"), None) is None:
-        raise InputError(f"{str(run_dir)!r} is not a run folder: it has no results/ folder and no result "
-                         "tables (*.csv); give a run folder such as runs/<id>/ from crs book")
-    return root
-
-
 def read_result_tables(run_dir: str | os.PathLike) -> tuple[dict[str, pd.DataFrame], list[str]]:
     """Every result table of a run folder, by its path relative to ``results/``.
 
@@ -522,7 +508,7 @@ def read_result_tables(run_dir: str | os.PathLike) -> tuple[dict[str, pd.DataFra
     InputError
         If ``run_dir`` is not a folder, or holds neither ``results/`` nor any CSV.
     """
-    results = _results_folder(run_dir)
+    results = run_results_folder(run_dir)
     tables, unreadable = {}, []
     for path in sorted(results.rglob("*.csv")):
         name = path.relative_to(results).as_posix()
@@ -574,6 +560,6 @@ def diff_runs(run_a: str | os.PathLike, run_b: str | os.PathLike, *, rtol: float
             diffs.append(TableDiff(name, "only in B", rows_b=len(tables_b[name])))
         else:
             diffs.append(compare_tables(tables_a[name], tables_b[name], name=name, rtol=rtol))
-    flips = compare_ledgers(build_ledger(_results_folder(run_a)), build_ledger(_results_folder(run_b)))
+    flips = compare_ledgers(build_ledger(run_results_folder(run_a)), build_ledger(run_results_folder(run_b)))
     unreadable = tuple(f"A: {u}" for u in bad_a) + tuple(f"B: {u}" for u in bad_b)
     return RunDiff(str(run_a), str(run_b), tuple(diffs), flips, unreadable)

@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,9 @@ import yaml
 from crslib._io import atomic_write_json, atomic_write_text, digest_of, file_sha256
 from crslib.config import cache_dir, load_preset
 from crslib.errors import ConfigError, NotebookError
+from crslib.notebook_pool import book_workers, kernel_environment, run_stage, stages
 from crslib.overrides import apply_overrides
+from crslib.preflight import check_config_inputs
 from crslib.records import NotebookRecord, RunRecord
 from crslib.staging import GENERATED, REPO_ROOT, collect_provenance, stage_run
 
@@ -174,6 +177,7 @@ class Progress:
     elapsed: float  # seconds since the run began
     seconds: float | None = None  # the step's own time, once it has ended
     reused_from: str | None = None  # on 'done': the run whose identical execution was reused
+    completed: int | None = None  # on 'done': how many notebooks of the run have ended (they run side by side)
 
 
 def package_versions() -> dict[str, str]:
@@ -423,6 +427,8 @@ def run_notebooks(
             raise ConfigError(f"no notebook matches {', '.join(only)}")
     if overrides:
         config = apply_overrides(config, {p.stem: notebook_parameters(p) for p in notebooks}, overrides)
+    # the user's data (and models: --models or a config file) load before the first notebook starts
+    check_config_inputs(config, MODEL_PARAMETERS, models=models is not None or os.path.isfile(str(preset)))
     report = progress or (lambda step: None)
     began = time.perf_counter()
     root = Path(run_root) if run_root else REPO_ROOT / "runs"
@@ -437,41 +443,72 @@ def run_notebooks(
         versions=package_versions(),
         overrides=[[str(name), str(value)] for name, value in overrides or ()],
     )
-    upstream = ""
-    for index, source in enumerate(notebooks, start=1):
-        step = {"index": index, "total": len(notebooks), "name": source.stem}
-        report(Progress("start", elapsed=time.perf_counter() - began, **step))
-        # every parameter the notebook ran with, its defaults included, so that run.json is complete
-        parameters = {**notebook_parameters(source), **resolve_parameters(config, source)}
-        results = run_dir / "results" / source.stem
-        parameters["results_dir"] = str(results)
-        output = run_dir / "notebooks" / f"{source.stem}.ipynb"
-        key = execution_key(source, parameters, upstream, record.versions)
-        upstream = key or digest_of([upstream, source.stem, record.run_id])  # no key: nothing after it reuses
-        reused = _reuse_execution(key, output, results, run_dir) if (key and reuse) else None
-        if reused is not None:
-            log.info("%s: reusing the identical execution of run %s", source.stem, reused["run_id"])
-            record.notebooks.append(NotebookRecord(source.stem, parameters, 0.0, str(output),
-                                                   reused_from=str(reused["run_id"])))
-        else:
-            log.info("executing %s with %s", source.name, parameters)
-            start = time.perf_counter()
-            try:
-                seconds = execute_notebook(source, output, parameters, cwd=run_dir)
-            except NotebookError:
-                now = time.perf_counter()
+    plans = _plan_notebooks(notebooks, config, run_dir, record)
+    workers = book_workers()
+    done: dict[int, NotebookRecord] = {}
+    lock = threading.Lock()
+
+    def run_one(position: int) -> NotebookRecord:
+        source, parameters, key = plans[position]
+        step = {"index": position + 1, "total": len(plans), "name": source.stem}
+        with lock:
+            report(Progress("start", elapsed=time.perf_counter() - began, **step))
+        start = time.perf_counter()
+        try:
+            notebook = _execute_or_reuse(source, parameters, key, run_dir, run_id, reuse)
+        except NotebookError:
+            now = time.perf_counter()
+            with lock:
                 report(Progress("failed", elapsed=now - began, seconds=now - start, **step))
-                raise
-            record.notebooks.append(NotebookRecord(source.stem, parameters, round(seconds, 2), str(output)))
-            if key:
-                _store_execution(key, output, results, run_dir, run_id, round(seconds, 2))
-            log.info("%s done in %.1f s", source.stem, seconds)
-        record.notebooks[-1].skips = read_skips(results)
-        atomic_write_json(run_dir / "run.json", record.to_dict())
-        report(Progress("done", elapsed=time.perf_counter() - began, seconds=record.notebooks[-1].seconds,
-                        reused_from=record.notebooks[-1].reused_from, **step))
+            raise
+        with lock:
+            done[position] = notebook
+            record.notebooks = [done[i] for i in sorted(done)]
+            atomic_write_json(run_dir / "run.json", record.to_dict())
+            report(Progress("done", elapsed=time.perf_counter() - began, seconds=notebook.seconds,
+                            reused_from=notebook.reused_from, completed=len(done), **step))
+        return notebook
+
+    with kernel_environment(workers):
+        for stage in stages([parameters for _, parameters, _ in plans]):
+            run_stage(stage, run_one, workers)
+    record.notebooks = [done[i] for i in sorted(done)]
     atomic_write_json(run_dir / "run.json", record.to_dict())
     return record
+
+
+def _plan_notebooks(notebooks: Sequence[Path], config: dict[str, Any], run_dir: Path,
+                    record: RunRecord) -> list[tuple[Path, dict[str, Any], str | None]]:
+    """Each notebook with every parameter it runs with (its defaults included) and its execution key."""
+    plans = []
+    upstream = ""
+    for source in notebooks:
+        parameters = {**notebook_parameters(source), **resolve_parameters(config, source)}
+        parameters["results_dir"] = str(run_dir / "results" / source.stem)
+        key = execution_key(source, parameters, upstream, record.versions)
+        upstream = key or digest_of([upstream, source.stem, record.run_id])  # no key: nothing after it reuses
+        plans.append((source, parameters, key))
+    return plans
+
+
+def _execute_or_reuse(source: Path, parameters: dict[str, Any], key: str | None, run_dir: Path, run_id: str,
+                      reuse: bool) -> NotebookRecord:
+    """One notebook of a run: its identical execution copied from the cache, else executed (and cached)."""
+    results = Path(parameters["results_dir"])
+    output = run_dir / "notebooks" / f"{source.stem}.ipynb"
+    reused = _reuse_execution(key, output, results, run_dir) if (key and reuse) else None
+    if reused is not None:
+        log.info("%s: reusing the identical execution of run %s", source.stem, reused["run_id"])
+        notebook = NotebookRecord(source.stem, parameters, 0.0, str(output), reused_from=str(reused["run_id"]))
+    else:
+        log.info("executing %s with %s", source.name, parameters)
+        seconds = execute_notebook(source, output, parameters, cwd=run_dir)
+        notebook = NotebookRecord(source.stem, parameters, round(seconds, 2), str(output))
+        if key:
+            _store_execution(key, output, results, run_dir, run_id, round(seconds, 2))
+        log.info("%s done in %.1f s", source.stem, seconds)
+    notebook.skips = read_skips(results)
+    return notebook
 
 
 SKIPS_FILE = "skips.json"
@@ -499,8 +536,27 @@ class SkipLog:
     def __init__(self, results_dir: str | os.PathLike, *, show: bool = True):
         self.path = Path(results_dir) / SKIPS_FILE
         self.show = show
-        self.records: list[dict[str, str]] = []
+        self.records: list[dict[str, Any]] = []
         atomic_write_json(self.path, self.records)  # a rerun starts with no skips
+
+    def files_left_out(self, skipped: Any, *, found: int) -> None:
+        """Record the files of the data left out (a table with ``path`` and ``reason``), without showing them.
+
+        One record, whose ``files`` lists each file with its reason; the page
+        shows them as one table (:func:`crslib.data.readable.skip_summary`).
+        Nothing is recorded when no file was left out.
+        """
+        if len(skipped) == 0:
+            return
+        counts = skipped["reason"].value_counts()
+        reasons = "; ".join(f"{n} {'file' if n == 1 else 'files'}: {reason}" for reason, n in counts.head(3).items())
+        more = f"; {len(counts) - 3} other reasons" if len(counts) > 3 else ""
+        self.records.append({
+            "analysis": f"{len(skipped)} of the {found} files of the data (no readable image in them)",
+            "reason": f"{reasons}{more}; each is listed in skipped_files.csv",
+            "files": [{"path": str(row.path), "reason": str(row.reason)} for row in skipped.itertuples()],
+        })
+        atomic_write_json(self.path, self.records)
 
     def check(self, analysis: str, reason: str | None) -> bool:
         if reason is None:
@@ -535,7 +591,7 @@ def _escape_markdown(text: str) -> str:
                     for i, part in enumerate(parts))
 
 
-def read_skips(results_dir: str | os.PathLike) -> list[dict[str, str]]:
+def read_skips(results_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The skips a notebook recorded in ``<results_dir>/skips.json`` (none when it wrote no file)."""
     path = Path(results_dir) / SKIPS_FILE
     if not path.is_file():

@@ -20,6 +20,7 @@ from typing import Any
 
 from crslib._io import atomic_write_text
 from crslib.claims import build_ledger, render_claims_page
+from crslib.preflight import DATA_PARAMETERS
 from crslib.records import NotebookRecord, RunRecord
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -88,7 +89,6 @@ def rebuild_command(record: RunRecord) -> str:
 
 
 #: Notebook parameters that name a data set (hashed for the reproducibility page).
-DATA_PARAMETERS = ("data", "zoo_data", "null_data")
 
 
 def collect_provenance(record: RunRecord) -> dict[str, Any]:

@@ -30,6 +30,7 @@
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=1"  # other patients than the zoo trained on (zoo_data, seed 0)
+strict = False  # True: stop at the first file that is not a readable image (default: leave it out, list it)
 model = "timm:resnet18?size=64"
 seed = 0
 tsne_perplexity = 30.0
@@ -60,7 +61,7 @@ results = Path(results_dir)
 plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
-manifest = crs_data.load_data(data)
+manifest, unreadable = crs_data.drop_unreadable(crs_data.load_data(data), strict=strict)
 finding_columns = [c for c in manifest.columns if c.startswith("finding_")]
 # columns the loader filled with one value because the data had none (e.g. `source` of a plain folder):
 # the analyses' needs are checked on the columns the data really has
@@ -149,6 +150,31 @@ if "label" not in given.columns and not finding_columns:
     sentences.append("There is no `label` and no `finding_*` column, so the views by label are skipped below.")
 display(Markdown(" ".join(sentences)))
 summary
+
+# %% [markdown]
+# ### Files left out
+#
+# A file of the data that holds no readable image (a DICOM object without
+# pixel data, such as a structured report; a file no decoder can read; a
+# broken file) is left out of every chapter and listed here with its reason;
+# the full list is `skipped_files.csv` among this chapter's downloads. With
+# `strict=True` (`crs book --strict`) the first such file stops the run
+# instead.
+
+# %% tags=["hide-input"]
+unreadable.to_csv(results / "skipped_files.csv", index=False)
+found = n_images + len(unreadable)
+skips.files_left_out(unreadable, found=found)
+if unreadable.empty:
+    display(Markdown(f"All {found:,} files of the data are readable images; none was left out."))
+else:
+    reasons = crs_data.skip_summary(unreadable, top=10)
+    display(Markdown(
+        f"**{len(unreadable):,} of the {found:,} files were left out**, so every chapter works on the other "
+        f"{n_images:,}. The most common reason ({reasons['files'].iloc[0]:,} files): {code(reasons['reason'].iloc[0])}."
+        + (f" The table shows the {len(reasons)} most common of {unreadable['reason'].nunique()} reasons."
+           if unreadable["reason"].nunique() > len(reasons) else "")))
+    display(reasons)
 
 # %% [markdown]
 # ## Sample images

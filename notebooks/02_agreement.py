@@ -37,6 +37,7 @@
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=1"  # other patients than the zoo trained on (zoo_data, seed 0)
+strict = False  # True: stop at the first file that is not a readable image (default: leave it out, list it)
 zoo_data = "phantom?patients=600&size=64&seed=0"  # what zoo: models train on (only when one is listed)
 models = "zoo:*,public:efficientnet_lite0,public:open_nsfw"  # comma-separated model specs; zoo:* = the whole zoo
 zoo_preset = "default"
@@ -64,7 +65,7 @@ from IPython.display import HTML, Markdown, display
 import crslib
 from crslib import agreement, ann, claims, paper, plots, probes, similarity, subgroups
 from crslib import factors as model_factors
-from crslib.data import load_data
+from crslib.data import drop_unreadable, load_data
 from crslib.embed import embed_models
 from crslib.models import is_random_init, random_init_spec, zoo_specs
 from crslib.models.lineup import parse_model_list, resolve_models
@@ -85,7 +86,7 @@ results = Path(results_dir)
 plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
-manifest = load_data(data)
+manifest, _ = drop_unreadable(load_data(data), strict=strict)  # chapter 01 lists the files left out
 on_phantom = str(data).startswith("phantom")
 requested = parse_model_list(models)
 # A zoo model listed on its own brings the zoo's random network of its architecture (zoo:* holds them all).

@@ -34,6 +34,7 @@
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=1"  # other patients than the zoo trained on (zoo_data, seed 0)
+strict = False  # True: stop at the first file that is not a readable image (default: leave it out, list it)
 zoo_data = "phantom?patients=600&size=64&seed=0"
 zoo_preset = "default"
 zoo_weights = "shipped"  # shipped: the zoo trained once and shipped with crslib; retrain: trained anew here
@@ -55,7 +56,7 @@ from IPython.display import HTML, Markdown, display
 
 import crslib
 from crslib import claims, paper, plots
-from crslib.data import load_data
+from crslib.data import drop_unreadable, load_data
 from crslib.embed import embed_models
 from crslib.models.lineup import resolve_models
 from crslib.runner import SkipLog
@@ -72,7 +73,7 @@ results = Path(results_dir)
 plots.set_reader_display()
 results.mkdir(parents=True, exist_ok=True)
 skips = SkipLog(results)
-manifest = load_data(data)
+manifest, _ = drop_unreadable(load_data(data), strict=strict)  # chapter 01 lists the files left out
 # the zoo is trained (or reused) only when a zoo: model is listed, on zoo_data, never on data
 requested = [old_model, *[s.strip() for s in new_models.split(",") if s.strip()]]
 lineup = resolve_models(requested, zoo_data=zoo_data, zoo_preset=zoo_preset,

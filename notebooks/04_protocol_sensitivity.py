@@ -48,6 +48,7 @@
 
 # %% tags=["parameters"]
 data = "phantom?patients=400&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5"
+strict = False  # True: stop at the first file that is not a readable image (default: leave it out, list it)
 zoo_data = "phantom?patients=600&size=64&seed=0"
 zoo_preset = "default"
 zoo_weights = "shipped"  # shipped: the zoo trained once and shipped with crslib; retrain: trained anew here
@@ -80,7 +81,7 @@ from IPython.display import HTML, Markdown, display
 
 import crslib
 from crslib import claims, metrics, paper, plots, protocol
-from crslib.data import load_data
+from crslib.data import drop_unreadable, load_data
 from crslib.embed import embed_models
 from crslib.errors import DataError, ModelError
 from crslib.models import finetune_classifier
@@ -122,7 +123,7 @@ if reported_backbone not in loadable:
     display(Markdown(f"The reported backbone {code(reported_backbone)} is not among this run's backbones; "
                      f"the first one, {code(backbone_list[0])}, is reported instead."))
     reported_backbone = backbone_list[0]
-manifest = load_data(data)
+manifest, _ = drop_unreadable(load_data(data), strict=strict)  # chapter 01 lists the files left out
 groups = manifest["patient_id"].to_numpy()
 display(Markdown(
     f"**Data.** {code(data)}: {len(manifest):,} images of {manifest['patient_id'].nunique():,} patients. "

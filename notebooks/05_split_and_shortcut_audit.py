@@ -51,6 +51,7 @@
 
 # %% tags=["parameters"]
 data = "phantom?patients=400&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5"
+strict = False  # True: stop at the first file that is not a readable image (default: leave it out, list it)
 null_data = "phantom?patients=400&size=64&seed=2&kermany=1"  # audited only when `data` is a phantom
 model = "public:efficientnet_lite0"
 zoo_data = "phantom?patients=600&size=64&seed=0"  # what a zoo: model trains on (only when `model` is one)
@@ -77,7 +78,7 @@ import crslib
 from crslib import claims, plots
 from crslib.audit import PAPER_NUMBERS, run_audit
 from crslib.shortcut import permutation_note
-from crslib.data import file_properties, load_data
+from crslib.data import drop_unreadable, file_properties, load_data
 from crslib.duplicates import image_fingerprints
 from crslib.embed import embed_models
 from crslib.errors import DataError, InputError
@@ -139,7 +140,7 @@ def label_names(values: pd.Series) -> pd.Series:
     return values.map({0: "NORMAL", 1: "PNEUMONIA"}) if is_phantom else values.astype(str)
 
 
-manifest = load_data(data)
+manifest, _ = drop_unreadable(load_data(data), strict=strict)  # chapter 01 lists the files left out
 properties = file_properties(manifest)
 need, leak_need = audit_need(manifest), leakage_need(manifest)
 # pixel digests and perceptual hashes of every image, for the duplicate audit of the last section

@@ -72,6 +72,7 @@
 
 # %% tags=["parameters"]
 data = "phantom?patients=300&size=64&seed=1"  # other patients than the zoo trained on (zoo_data, seed 0)
+strict = False  # True: stop at the first file that is not a readable image (default: leave it out, list it)
 zoo_data = "phantom?patients=600&size=64&seed=0"
 zoo_preset = "default"
 zoo_weights = "shipped"  # shipped: the zoo trained once and shipped with crslib; retrain: trained anew here
@@ -101,7 +102,7 @@ from IPython.display import HTML, Markdown, display
 
 import crslib  # noqa: F401 - its import sets up torch and timm once, before any encoder
 from crslib import claims, paper, plots, risk, risk_results, risk_select
-from crslib.data import load_data
+from crslib.data import drop_unreadable, load_data
 from crslib.embed import embed_models
 from crslib.errors import InputError
 from crslib.models.lineup import resolve_models
@@ -126,7 +127,7 @@ def code(text):
     return f"<code>{html.escape(str(text))}</code>"
 
 
-manifest = load_data(data)
+manifest, _ = drop_unreadable(load_data(data), strict=strict)  # chapter 01 lists the files left out
 on_phantom = str(data).startswith("phantom")
 # the zoo is trained (or reused) only when a zoo: encoder is listed, on zoo_data, never on data
 lineup = resolve_models(encoders, zoo_data=zoo_data, zoo_preset=zoo_preset,

@@ -128,3 +128,34 @@ if __name__ == "__main__":  # pragma: no cover - a convenience for building the 
     target = Path(sys.argv[1] if len(sys.argv) > 1 else "real_tiles")
     for layout in LAYOUTS:
         print(write_layout(layout, target / layout))
+
+
+def dicom_test_files() -> list[tuple[Path, Path]]:
+    """pydicom's and pydicom-data's own test files (``*.dcm``): ``(file, its path under its package's data)``.
+
+    Real DICOM objects of every kind: images in every transfer syntax, and
+    files that are not images (structured reports, RT plans, palettes,
+    files without pixel data, truncated files).
+    """
+    import glob
+    import importlib.util
+
+    import pydicom
+
+    roots = [Path(pydicom.__file__).parent / "data"]
+    spec = importlib.util.find_spec("data_store")  # the pydicom-data package
+    if spec is not None and spec.origin:
+        roots.append(Path(spec.origin).parent / "data")
+    return sorted({(Path(p), Path(f"set{i}") / Path(p).relative_to(root)) for i, root in enumerate(roots)
+                   for p in glob.glob(str(root / "**" / "*.dcm"), recursive=True)})
+
+
+def write_dicom_folder(out: str | Path) -> Path:
+    """Copy :func:`dicom_test_files` into ``out`` (one subfolder per package), as a researcher's DICOM folder."""
+    import shutil
+
+    out = Path(out)
+    for source, relative in dicom_test_files():
+        (out / relative).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(source, out / relative)
+    return out

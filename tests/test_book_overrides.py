@@ -116,6 +116,7 @@ def test_an_unknown_name_or_notebook_is_an_error_with_suggestions() -> None:
 @pytest.fixture()
 def notebooks(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("CRS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("CRS_BOOK_WORKERS", "1")  # one after the other: the events' order is known (see test_notebook_pool)
     folder = tmp_path / "notebooks"
     folder.mkdir()
     (folder / "01_draw.py").write_text(DRAW)

@@ -9,8 +9,6 @@ the same array as the uncompressed file; lossy ones within the codec's error.
 
 from __future__ import annotations
 
-import glob
-import importlib.util
 import os
 import shutil
 import subprocess
@@ -27,17 +25,10 @@ from crslib.errors import ImageReadError, InputError
 
 pydicom = pytest.importorskip("pydicom")
 
-
-def _test_dicom_roots() -> list[Path]:
-    roots = [Path(pydicom.__file__).parent / "data"]
-    spec = importlib.util.find_spec("data_store")  # the pydicom-data package
-    if spec is not None and spec.origin:
-        roots.append(Path(spec.origin).parent / "data")
-    return roots
+from realdata import dicom_test_files, write_dicom_folder  # noqa: E402  (tests/realdata.py)
 
 
-ALL_TEST_DICOMS = sorted({Path(p) for root in _test_dicom_roots()
-                          for p in glob.glob(str(root / "**" / "*.dcm"), recursive=True)})
+ALL_TEST_DICOMS = [source for source, _ in dicom_test_files()]
 
 
 def _dicom(name: str) -> Path:
@@ -250,13 +241,7 @@ def test_most_test_dicoms_decode_and_the_rest_have_one_line_reasons():
 
 
 def test_crs_embed_over_every_test_dicom_lists_each_left_out_file_once(tmp_path):
-    folder = tmp_path / "dicoms"
-    for i, root in enumerate(_test_dicom_roots()):
-        for path in ALL_TEST_DICOMS:
-            if root in path.parents:
-                target = folder / f"set{i}" / path.relative_to(root)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy(path, target)
+    folder = write_dicom_folder(tmp_path / "dicoms")
     env = dict(os.environ, CRS_CACHE_DIR=str(tmp_path / "cache"))
     result = subprocess.run([sys.executable, "-m", "crslib", "embed", "--data", str(folder), "--model",
                              "timm:resnet18?size=32", "--skip-unreadable", "--no-cache"],

@@ -22,12 +22,14 @@ pathlib.Path(results_dir, "value.json").write_text(json.dumps(value))
 print(value)
 '''
 
+# reads the notebook before it, so it declares run_dir (as chapter 07 does) and runs after it
 READER = '''# %% tags=["parameters"]
+run_dir = "."
 results_dir = "results/y"
 
 # %%
 import json, pathlib
-upstream = json.loads((pathlib.Path(results_dir).parent / "01_draw" / "value.json").read_text())
+upstream = json.loads((pathlib.Path(run_dir) / "results" / "01_draw" / "value.json").read_text())
 pathlib.Path(results_dir).mkdir(parents=True, exist_ok=True)
 pathlib.Path(results_dir, "sum.json").write_text(json.dumps(sum(upstream)))
 '''
@@ -78,6 +80,10 @@ def test_runs_on_the_users_own_files_always_execute(book, tmp_path) -> None:
     run, _ = book
     own = tmp_path / "my_images"
     own.mkdir()
+    from PIL import Image
+    from skimage import data
+
+    Image.fromarray(data.camera()[:64, :64]).save(own / "tile.png")  # a real image: the run checks its data first
     _, a = run({"parameters": {"data": str(own)}})
     again, b = run({"parameters": {"data": str(own)}})
     assert b != a and again.notebooks[0].reused_from is None

@@ -15,6 +15,8 @@ cut by job:
   in [0, 1] of shape (H, W, C), :class:`~crslib.errors.ImageReadError` on failure;
 - :mod:`crslib.data.properties`: :func:`file_properties`, how each file is
   stored (the raw material of the shortcut audit);
+- :mod:`crslib.data.readable`: :func:`drop_unreadable`, the images that
+  decode and the files left out, each with its reason;
 - :mod:`crslib.data.phantom` (with :mod:`~crslib.data.phantom_render` and
   :mod:`~crslib.data.phantom_sites`): the procedural chest-radiograph phantom.
 
@@ -42,6 +44,7 @@ from crslib.data.images import (
 from crslib.data.kermany import kermany_patient_id
 from crslib.data.loaders import (
     PHANTOM_DEFAULTS,
+    is_phantom_spec,
     load_data,
     load_dicom_folder,
     load_image_folder,
@@ -60,6 +63,7 @@ from crslib.data.properties import (
     FILE_PROPERTY_COLUMNS,
     file_properties,
 )
+from crslib.data.readable import drop_unreadable, skip_summary
 
 # Public names of crslib.data.phantom, imported on first access (see __getattr__).
 _PHANTOM_NAMES = (
@@ -84,9 +88,11 @@ __all__ = [
     "PHANTOM_DEFAULTS",
     "READER_VERSION",
     "check_files",
+    "drop_unreadable",
     "file_properties",
     "is_dicom_file",
     "is_image_file",
+    "is_phantom_spec",
     "kermany_patient_id",
     "load_data",
     "load_dicom_folder",
@@ -96,6 +102,7 @@ __all__ = [
     "read_images",
     "read_manifest",
     "select_examples",
+    "skip_summary",
     "summarize_manifest",
     "validate_manifest",
     "write_manifest",

@@ -41,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "PHANTOM_DEFAULTS",
+    "is_phantom_spec",
     "kermany_patient_id",
     "load_data",
     "load_dicom_folder",
@@ -564,7 +565,14 @@ def _load_phantom(spec: str) -> pd.DataFrame:
     return manifest
 
 
-def _is_phantom_spec(data: Any) -> bool:
+def is_phantom_spec(data: Any) -> bool:
+    """Whether ``data`` is a phantom spec (``"phantom"`` or ``"phantom?..."``) rather than a path.
+
+    Examples
+    --------
+    >>> is_phantom_spec("phantom?patients=50"), is_phantom_spec("./phantom")
+    (True, False)
+    """
     return isinstance(data, str) and (data == "phantom" or data.startswith("phantom?"))
 
 
@@ -605,7 +613,7 @@ def load_data(data: str | os.PathLike) -> pd.DataFrame:
     >>> m = load_data("phantom?patients=20&size=32")  # doctest: +SKIP
     >>> m = load_data("chest_xray")  # doctest: +SKIP
     """
-    if _is_phantom_spec(data):
+    if is_phantom_spec(data):
         return _load_phantom(str(data))
     path = Path(data).expanduser()
     if not path.exists():
