@@ -134,6 +134,8 @@ def _shares_setup(item: pytest.Item) -> bool:
 
 #: Session fixtures that build a whole book: the tests using one run in one xdist worker, so it is built once.
 BOOK_FIXTURES = ("quick_book", "own_books")
+#: Fixtures that ask for a book fixture by name (request.getfixturevalue), and the book they ask for.
+BOOK_USERS = {"book_under_test": "quick_book"}
 
 
 def _xdist_group(item: pytest.Item) -> str:
@@ -143,7 +145,7 @@ def _xdist_group(item: pytest.Item) -> str:
     """
     names = getattr(item, "fixturenames", ())
     for book in BOOK_FIXTURES:
-        if book in names:
+        if book in names or any(BOOK_USERS.get(name) == book for name in names):
             return book
     info = getattr(item, "_fixtureinfo", None)
     definitions = info.name2fixturedefs.values() if info is not None else ()
