@@ -219,12 +219,20 @@ for _name in ("papermill", "papermill.translators", "papermill.parameterize"):
 
 
 class _KernelTransportNoise(logging.Filter):
-    """Drop ipykernel's "Kernel is running over TCP without encryption" warning, printed once per notebook:
-    the kernel is the runner's own child, bound to the loopback interface. The kernel process applies it
-    to its log handler (:data:`_KERNEL_CONFIG`); every other kernel message still shows."""
+    """Drop two ipykernel messages that say nothing to a reader of ``crs book``'s output.
+
+    "Kernel is running over TCP without encryption", printed once per
+    notebook: the kernel is the runner's own child, bound to the loopback
+    interface. "KeyboardInterrupt caught in kernel": on a busy machine a
+    kernel slow to stop after its notebook has ended is stopped with a
+    signal, which it logs. The kernel process applies the filter to its log
+    handler (:data:`_KERNEL_CONFIG`); every other kernel message still shows.
+    """
+
+    NOISE = ("Kernel is running over TCP without encryption", "KeyboardInterrupt caught in kernel")
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.getMessage().startswith("Kernel is running over TCP without encryption")
+        return not record.getMessage().startswith(self.NOISE)
 
 
 _KERNEL_CONFIG = {"IPKernelApp": {"logging_config": {

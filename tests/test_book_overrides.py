@@ -166,13 +166,15 @@ def test_progress_reports_each_notebook_in_order_and_a_failure(tmp_path, noteboo
     assert events[-1].seconds > 0 and events[-1].elapsed >= events[-1].seconds
 
 
-def test_the_kernel_filter_drops_only_the_tcp_warning() -> None:
+def test_the_kernel_filter_drops_only_the_tcp_warning_and_the_stop_signal() -> None:
     noise = runner._KernelTransportNoise()
 
     def record(message: str) -> logging.LogRecord:
         return logging.LogRecord("IPKernelApp", logging.WARNING, __file__, 1, message, None, None)
 
     assert not noise.filter(record("Kernel is running over TCP without encryption. All communication ..."))
+    assert not noise.filter(record("KeyboardInterrupt caught in kernel."))  # a slow kernel stopped after its notebook
+    assert noise.filter(record("Error in cell: KeyboardInterrupt caught in kernel."))  # only at the start
     assert noise.filter(record("Config file not found, skipping: x.json"))
     # the kernel resolves the filter by this dotted path
     assert runner._KERNEL_CONFIG["IPKernelApp"]["logging_config"]["filters"]["crs_kernel_transport"]["()"] \
