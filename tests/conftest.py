@@ -68,6 +68,23 @@ def quick_book(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
     return root, record
 
 
+#: The repository URL the tests build the quick book's pages with (a published build takes it from CI).
+REPOSITORY_URL = "https://github.com/example-org/crs-companion"
+
+
+@pytest.fixture(scope="session")
+def quick_book_with_url(quick_book, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The quick book's staged pages built again with :data:`REPOSITORY_URL` (not rerun): the HTML folder."""
+    from crslib.runner import build_html
+
+    root, _ = quick_book
+    site = tmp_path_factory.mktemp("site")
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy2(root / name, site / name)
+    shutil.copytree(root / "book", site / "book")
+    return build_html(book_root=site, repository_url=REPOSITORY_URL).parent
+
+
 @pytest.fixture(scope="session")
 def own_books(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
     """The quick book built on each real-image layout (``tests/realdata.py``) with non-zoo models.
@@ -134,15 +151,20 @@ def _shares_setup(item: pytest.Item) -> bool:
 
 #: Session fixtures that build a whole book: the tests using one run in one xdist worker, so it is built once.
 BOOK_FIXTURES = ("quick_book", "own_books")
-#: Fixtures that ask for a book fixture by name (request.getfixturevalue), and the book they ask for.
-BOOK_USERS = {"book_under_test": "quick_book"}
+#: Fixtures built on a book, or that ask for one by name (request.getfixturevalue), and the book they need.
+BOOK_USERS = {"book_under_test": "quick_book", "quick_book_with_url": "quick_book"}
 
 
 def _xdist_group(item: pytest.Item) -> str:
-    """The group of a test for the xdist scheduler: the book it reads, else its file when it shares a module fixture.
+    """The group of a test for the xdist scheduler: its ``xdist_group`` mark, the book it reads, else its file
+    when it shares a module fixture. A test that runs the quick preset's notebooks is marked
+    ``xdist_group("quick_book")``: in that worker the quick book has filled the cache it reads.
 
     "" for a test that needs nothing built by another test.
     """
+    marked = item.get_closest_marker("xdist_group")  # pytest-xdist's own mark, read here (see the scheduler)
+    if marked is not None and marked.args:
+        return str(marked.args[0])
     names = getattr(item, "fixturenames", ())
     for book in BOOK_FIXTURES:
         if book in names or any(BOOK_USERS.get(name) == book for name in names):

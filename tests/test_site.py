@@ -7,7 +7,6 @@ import html
 import importlib.util
 import json
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from crslib.errors import ConfigError
-from crslib.runner import build_book, build_html
+from crslib.runner import build_book
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-REPOSITORY = "https://github.com/example-org/crs-companion"
+from conftest import REPOSITORY_URL as REPOSITORY  # noqa: E402  (the URL quick_book_with_url is built with)
 
 
 def _load(name: str, path: Path):
@@ -173,17 +172,11 @@ def test_a_bad_repository_url_is_refused_before_anything_runs(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_built_site_has_launch_repository_and_download_buttons(quick_book, tmp_path) -> None:
+def test_built_site_has_launch_repository_and_download_buttons(quick_book, quick_book_with_url) -> None:
     """The quick book rebuilt with a repository URL: every study page can be
     launched on Binder and Colab, and the targets are files that exist."""
     root, record = quick_book
-    site = tmp_path / "site"
-    site.mkdir()
-    for name in ("_config.yml", "_toc.yml"):
-        shutil.copy2(root / name, site / name)
-    shutil.copytree(root / "book", site / "book")
-    index = build_html(book_root=site, repository_url=REPOSITORY)
-    html_dir = index.parent
+    html_dir = quick_book_with_url
 
     for entry in record.notebooks:
         page = html_dir / "book" / "generated" / f"{entry.name}.html"
