@@ -165,6 +165,9 @@ def test_drop_unreadable_keeps_the_images_that_decode_and_names_the_others(tmp_p
     assert all(reasons[name] and reasons[name] != NOT_AN_IMAGE for name in ("broken_0.png", "empty.jpg"))
     summary = skip_summary(skipped)
     assert summary["files"].sum() == 4 and summary["files"].is_monotonic_decreasing
+    long = pd.DataFrame({"image_id": ["a"], "path": ["x/a.dcm"], "reason": ["decoder failed: " + "x" * 300]})
+    (cut,) = skip_summary(long, width=40)["reason"]
+    assert len(cut) == 40 and cut.startswith("decoder failed: ") and cut.endswith("...")
     with pytest.raises(ImageReadError, match="broken_0.png"):
         drop_unreadable(manifest, strict=True)
 

@@ -121,8 +121,11 @@ def drop_unreadable(manifest: pd.DataFrame, *, strict: bool = False) -> tuple[pd
     return kept, skipped
 
 
-def skip_summary(skipped: pd.DataFrame, *, top: int = 5) -> pd.DataFrame:
+def skip_summary(skipped: pd.DataFrame, *, top: int = 5, width: int = 120) -> pd.DataFrame:
     """The reasons files were left out, most common first: ``reason``, ``files``, ``example``.
+
+    A reason longer than ``width`` characters is cut there (with "..."), so the
+    table fits a page; the table of every file keeps it whole.
 
     Examples
     --------
@@ -136,4 +139,5 @@ def skip_summary(skipped: pd.DataFrame, *, top: int = 5) -> pd.DataFrame:
     grouped = skipped.groupby("reason", sort=False)["path"]
     table = pd.DataFrame({"files": grouped.size(), "example": grouped.first().map(lambda p: Path(p).name)})
     table = table.reset_index().sort_values(["files", "reason"], ascending=[False, True], kind="stable")
+    table["reason"] = table["reason"].map(lambda r: r if len(r) <= width else r[:width - 3].rstrip() + "...")
     return table.head(top).reset_index(drop=True)
