@@ -494,3 +494,60 @@ def test_kermany_patient_ids_match_the_folder_loader(kermany):
     folder = load_image_folder(root / "chest_xray").set_index("path")
     absolute = [str((root / p).resolve()) for p in df["path"]]
     assert folder.loc[absolute, "patient_id"].tolist() == df["patient_id"].tolist()
+
+
+def test_the_same_phantom_asked_for_twice_at_once_is_generated_whole(tmp_path, monkeypatch) -> None:
+    """Chapters run side by side ask for the same phantom at once: each reader gets it whole, once.
+
+    A generates and reads its phantom while B is still generating the same one
+    (B has removed its manifest, as generate_phantom starts, and left a
+    half-written file). Both get the same complete phantom, and one folder
+    is left, without a private copy.
+    """
+    import threading
+
+    from crslib.data import load_data, phantom
+
+    monkeypatch.setenv("CRS_CACHE_DIR", str(tmp_path / "cache"))
+    real = phantom.generate_phantom
+    b_writing, a_read = threading.Event(), threading.Event()
+
+    def generate(out_dir, **kwargs):
+        if threading.current_thread().name == "A":
+            real(out_dir, **kwargs)
+            assert b_writing.wait(30)
+            return
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "manifest.csv").unlink(missing_ok=True)  # as generate_phantom starts
+        half = Path(out_dir) / "half_written.png.tmp"
+        half.write_bytes(b"")
+        b_writing.set()
+        assert a_read.wait(30)
+        half.unlink()
+        real(out_dir, **kwargs)
+
+    monkeypatch.setattr(phantom, "generate_phantom", generate)
+    results, errors = {}, []
+
+    def read(name: str) -> None:
+        try:
+            results[name] = load_data("phantom?patients=16&size=32&seed=5")
+        except Exception as exc:  # noqa: BLE001 - the test reports it below
+            errors.append(exc)
+        finally:
+            if name == "A":
+                a_read.set()
+
+    threads = [threading.Thread(target=read, args=(name,), name=name) for name in ("A", "B")]
+    threads[0].start()
+    while not (tmp_path / "cache" / "phantom").is_dir():  # B starts once A is generating
+        pass
+    threads[1].start()
+    for thread in threads:
+        thread.join(120)
+    assert not errors, errors
+    assert not results["A"].attrs.get("ignored_files"), results["A"].attrs["ignored_files"]
+    pd.testing.assert_frame_equal(results["A"], results["B"])
+    assert all(Path(p).is_file() for p in results["A"]["path"])
+    folders = sorted(p.name for p in (tmp_path / "cache" / "phantom").iterdir())
+    assert len(folders) == 1 and not folders[0].startswith(".")  # one phantom, no private copy left

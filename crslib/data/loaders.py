@@ -545,24 +545,47 @@ def _load_phantom(spec: str) -> pd.DataFrame:
     out_dir = cache_dir() / "phantom" / key
     marker = out_dir / _PHANTOM_MARKER
     if not marker.is_file():
-        from crslib.data.phantom import generate_phantom
-
-        logger.info("generating phantom data set %s in %s", params, out_dir)
-        generate_phantom(
-            out_dir,
-            n_patients=params["patients"],
-            image_size=params["size"],
-            random_state=params["seed"],
-            shortcut_strength=params["shortcut"],
-            split_shift=params["shift"],
-            kermany_layout=bool(params["kermany"]),
-        )
-        atomic_write_json(marker, {"spec": spec, "params": params})
+        _generate_phantom_once(spec, params, out_dir)
     else:
         logger.info("reusing phantom data set in %s", out_dir)
     manifest = load_data(out_dir)
     manifest.attrs["phantom"] = params
     return manifest
+
+
+def _generate_phantom_once(spec: str, params: dict[str, Any], out_dir: Path) -> None:
+    """Generate a phantom into a private folder, then move it to ``out_dir`` whole.
+
+    Two processes (chapters run side by side) may ask for the same phantom at
+    once: each generates into its own folder, the first to finish moves it into
+    place and the other's copy is removed, so no reader sees a half-written one.
+    """
+    import shutil
+    import threading
+
+    from crslib.data.phantom import generate_phantom
+
+    private = out_dir.with_name(f".{out_dir.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    shutil.rmtree(private, ignore_errors=True)
+    logger.info("generating phantom data set %s in %s", params, out_dir)
+    generate_phantom(
+        private,
+        n_patients=params["patients"],
+        image_size=params["size"],
+        random_state=params["seed"],
+        shortcut_strength=params["shortcut"],
+        split_shift=params["shift"],
+        kermany_layout=bool(params["kermany"]),
+    )
+    atomic_write_json(private / _PHANTOM_MARKER, {"spec": spec, "params": params})
+    if out_dir.is_dir() and not (out_dir / _PHANTOM_MARKER).is_file():
+        shutil.rmtree(out_dir, ignore_errors=True)  # a generation that stopped half-way, before this scheme
+    try:
+        os.rename(private, out_dir)
+    except OSError:
+        if not (out_dir / _PHANTOM_MARKER).is_file():
+            raise
+        shutil.rmtree(private, ignore_errors=True)  # another process finished the same phantom first
 
 
 def is_phantom_spec(data: Any) -> bool:
