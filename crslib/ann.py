@@ -44,6 +44,7 @@ from crslib.neighbors import (
     _prepare,
     _rescore,
     knn_indices,
+    top_k_order,
 )
 from crslib.recall import RecallResult, _recall_interval, knn_recall, overlap_error_bound  # noqa: F401
 
@@ -249,7 +250,7 @@ def _search_rows(
         valid &= gcodes[np.maximum(ids, 0)] != gcodes[qids][:, None]
     rv = np.where(valid, raw, np.float32(-np.inf)).astype(np.float32, copy=False)
     # (-score, id) order makes ties independent of faiss' thread order
-    order = np.lexsort((ids, -rv), axis=-1)[:, :k]
+    order = top_k_order(rv, ids, k)
     done = valid.sum(axis=1) >= k
     return np.take_along_axis(ids, order, axis=1), np.take_along_axis(rv, order, axis=1), done
 

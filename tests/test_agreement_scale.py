@@ -1402,3 +1402,18 @@ def test_float16_storage_keeps_the_neighbours_of_clustered_embeddings(tmp_path):
     kept = _recall(ann.knn_search(half, k=10, index="exact")[0], exact)
     # rounding to 11 significant bits moves only near-tied neighbours
     assert 0.97 <= kept < 1.0
+
+
+def test_top_k_order_equals_a_full_lexsort_with_ties_dropped_slots_and_negative_scores():
+    rng = _rng(21)
+    scores = rng.choice(np.float32([-0.75, -0.0, 0.0, 0.25, 0.5, 1.0, -np.inf]), size=(50, 40))
+    ids = np.stack([rng.permutation(1000)[:40] for _ in range(50)])
+    ids[:, -3:] = -1  # slots faiss could not fill
+    scores[:, -3:] = -np.inf
+    for k in (1, 5, 40):
+        expected = np.lexsort((ids, -scores), axis=-1)[:, :k]
+        order = nb.top_k_order(scores, ids, k)
+        # the same candidates in the same order (among the identical unfilled slots, any column will do)
+        np.testing.assert_array_equal(np.take_along_axis(ids, order, 1), np.take_along_axis(ids, expected, 1))
+        np.testing.assert_array_equal(np.take_along_axis(scores, order, 1), np.take_along_axis(scores, expected, 1))
+        assert (np.sort(order, axis=1)[:, 1:] != np.sort(order, axis=1)[:, :-1]).all()  # each column once
