@@ -52,9 +52,10 @@ install-dev: $(DEV_STAMP)
 book: $(STAMP)
 	$(BIN)/crs book --preset $(PRESET)
 
-# the training tier (tests that train zoo models or fine-tune from scratch) runs in test-all and weekly
+# the training tier (tests that train zoo models or fine-tune from scratch) and the weekly tier (a second
+# check of what make test checks another way: nbval) run in test-all and the weekly workflow
 test: $(DEV_STAMP)
-	$(BIN)/python -m pytest $(XDIST) -m "not training" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(XDIST) -m "not training and not weekly" $(PYTEST_ARGS)
 
 test-all: $(DEV_STAMP)
 	$(BIN)/python -m pytest $(XDIST) $(PYTEST_ARGS)

@@ -176,6 +176,7 @@ def _xdist_group(item: pytest.Item) -> str:
     return ""
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: known only when xdist is loaded
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
     """With ``--dist loadgroup``, schedule by :func:`_xdist_group`: each book and each shared module fixture once.
 

@@ -225,7 +225,7 @@ def test_the_quick_book_runs_on_pydicoms_files_and_lists_the_files_it_left_out(t
     shutil.copytree(repo_root / "notebooks", tmp_path / "repo" / "notebooks")
     monkeypatch.setattr(runner, "REPO_ROOT", tmp_path / "repo")
     status = main(["book", "--preset", "quick", "--data", str(folder), "--no-build",
-                   "--models", "timm:resnet18?size=64,public:efficientnet_lite0"])
+                   "--models", "timm:resnet18?size=64,public:efficientnet_lite0?size=64"])
     out, err = capfd.readouterr()
     assert status == 0, err
     assert "Traceback" not in err

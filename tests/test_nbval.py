@@ -5,6 +5,12 @@ raises; in lax mode outputs are compared only where a cell asks for it
 (figures and timings differ between runs). The notebooks are parameterised
 with the values ``crs book --preset quick`` gives them, into a temporary folder, so
 nothing is written to a run folder.
+
+It runs in ``make test-all`` and the weekly workflow, not in ``make test``:
+``test_book.py::test_every_notebook_ran_without_errors`` already checks, on
+the quick book every ``make test`` builds, that each notebook executes with
+the quick preset and no cell raises; this test repeats the same execution
+(about 100 s on 2 cores) under a second executor.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.weekly]
 
 
 def test_every_notebook_passes_nbval_lax(tmp_path: Path, repo_root: Path) -> None:

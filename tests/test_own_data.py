@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from realdata import LAYOUTS, OWN_MODELS
+from realdata import LAYOUTS
 
 from crslib.errors import InputError
 from crslib.models.lineup import ALL_ZOO, parse_model_list, resolve_models
@@ -109,7 +109,7 @@ def test_parse_model_list():
 
 def test_non_zoo_models_neither_train_nor_load_the_zoo(tmp_path, monkeypatch):
     monkeypatch.setenv("CRS_CACHE_DIR", str(tmp_path / "cache"))
-    lineup = resolve_models(f"{OWN_MODELS},onnx:/models/m.onnx#feat", zoo_data="/does/not/exist",
+    lineup = resolve_models("public:efficientnet_lite0,timm:resnet18?size=64,onnx:/models/m.onnx#feat", zoo_data="/does/not/exist",
                             public_size=48)
     assert lineup.specs == {"public:efficientnet_lite0": "public:efficientnet_lite0?size=48",
                             "timm:resnet18?size=64": "timm:resnet18?size=64",

@@ -184,6 +184,7 @@ def tiny_phantom(tmp_path_factory):
     return generate_phantom(tmp_path_factory.mktemp("ph"), n_patients=60, image_size=32, random_state=3)
 
 
+@pytest.mark.training  # trains three networks from scratch (make test fine-tunes in the Kermany-layout book)
 def test_finetune_is_deterministic_cached_and_learns(tiny_phantom, tmp_path):
     from crslib.models import finetune_classifier
 
