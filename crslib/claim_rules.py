@@ -17,12 +17,22 @@ import numpy as np
 import pandas as pd
 
 from crslib import paper
+from crslib.data import is_phantom_spec, phantom_parameters
 from crslib.stats import bootstrap_ci
 
 #: Columns of a chapter's ``measures.csv``: quantities a notebook computed that no other table holds as numbers.
 MEASURE_COLUMNS = ["quantity", "value", "low", "high", "detail"]
 #: Bound of the "moves a number" rules: smaller changes are within what a small test set's noise gives.
 MEANINGFUL_CHANGE = 0.02
+#: Equivalence margin of the "at chance" rules (two one-sided tests): the whole 95% interval within
+#: chance +- this margin shows a classifier at chance; an interval that merely includes chance shows nothing.
+EQUIVALENCE_MARGIN = 0.05
+#: A fine-tuned backbone whose test AUROC is below this (chance plus the equivalence margin) did not learn;
+#: a comparison of frozen and fine-tuned backbones that rests on it is not evaluated.
+FAILED_FIT_AUROC = 0.5 + EQUIVALENCE_MARGIN
+#: Largest shortfall, in the task's score, of the validation-selected candidate from the best candidate on
+#: test for the selection to count as doing well.
+SELECTION_REGRET = 0.05
 SSL_OBJECTIVES = ("contrastive", "self_distillation", "masked_image_modelling")
 _SMALL_RUN = ("this run is small: phantom or user images in the hundreds, small CNNs trained for minutes, "
               "where the study used tens of thousands of real images and large pretrained models.")
@@ -34,19 +44,87 @@ class NotEvaluated(Exception):
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a rule found: the run's number, its interval, the verdict and the reason."""
+    """What a rule found: the run's number, its interval, the verdict and the reason.
+
+    ``interval_kind`` says what the interval is: ``"95% CI"`` (a bootstrap
+    interval) or a range over several models or pairs (``"range over model pairs"``).
+    """
 
     value: float | None
     interval: tuple[float, float] | None
     verdict: str
     reason: str
+    interval_kind: str = "95% CI"
+
+
+#: What each claim's "this run" number is, with its unit: the ledger prints it before the number.
+STATISTICS: dict[str, str] = {
+    "public-pair-low": "mean overlap@10 of the public pair",
+    "public-pair-above-chance": "mean overlap@10 of the public pair",
+    "random-init-below-public": "overlap@10 of a random-init network with its trained counterpart",
+    "other-modalities-higher": "",
+    "source-view-over-findings": "largest source or view share of the per-image overlap's variance",
+    "no-accuracy-association": "Mantel r (agreement vs probe-AUROC difference)",
+    "transfer-retention": "mean share of the AUROC kept",
+    "supervised-converge-least": "mean overlap@10 of label-supervised seed pairs",
+    "ssl-converge-more": "mean overlap@10 of self-supervised seed pairs",
+    "objective-drives-convergence": "spread of the mean seed-pair overlap@10 between objectives",
+    "backbone-below-policy": "mean |AUROC change| between backbones",
+    "policy-moves-auroc": "mean |AUROC change|, frozen vs fine-tuned",
+    "threshold-moves-balanced-accuracy": "mean |balanced-accuracy change| between threshold rules",
+    "partition-auc-above-chance": "partition AUC",
+    "partition-auc-normal-higher": "partition AUC among normal images",
+    "shortcut-pool-high": "file-property balanced accuracy in the pool",
+    "shortcut-test-chance": "file-property balanced accuracy on test",
+    "threshold-transfer-imperfect": "mean |test - validation| balanced accuracy",
+    "calibration-transfer-imperfect": "mean test ECE after calibration",
+    "encoder-changes-results": "widest test-score gap between encoders",
+    "no-encoder-best-everywhere": "encoders best in some task",
+    "validation-selects-well": "largest shortfall of the selected candidate from the best on test",
+    "partitions-reveal-instability": "tasks whose choice changes between partitions",
+}
+
+
+#: The phantom parameter that builds each planted effect into the data (every other claim's effect, where the
+#: run shows one, emerged from the models and the analysis; the phantom's split shift touches both classes
+#: alike, so it plants no difference between normal and abnormal images).
+PLANTED: dict[str, str] = {
+    "partition-auc-above-chance": "shift",
+    "shortcut-pool-high": "shortcut",
+    "shortcut-test-chance": "shortcut",
+}
+
+
+def effect_origin(claim_id: str, data: str) -> str:
+    """Whether a claim's effect was planted in the data the chapter studied: ``"planted (shift=0.5)"``,
+    ``"not planted (shift=0)"``, ``"not planted: emerged"``, ``"your data"``, or "" when ``data`` is unknown.
+
+    Examples
+    --------
+    >>> effect_origin("shortcut-pool-high", "phantom?shortcut=0.9"), effect_origin("public-pair-low", "/d")
+    ('planted (shortcut=0.9)', 'your data')
+    """
+    if not data:
+        return ""
+    if not is_phantom_spec(data):
+        return "your data"
+    key = PLANTED.get(claim_id)
+    if key is None:
+        return "not planted: emerged"
+    value = phantom_parameters(data)[key]
+    return f"planted ({key}={value:g})" if value > 0 else f"not planted ({key}=0)"
 
 
 class Tables:
-    """Reads a run's result tables; a missing or malformed table becomes a *not evaluated* reason."""
+    """Reads a run's result tables; a missing or malformed table becomes a *not evaluated* reason.
 
-    def __init__(self, results: Path) -> None:
+    ``data_index`` picks which of a chapter's data sets the rules read where a table holds several
+    (chapter 05: the studied data first, then its null-phantom control).
+    """
+
+    def __init__(self, results: Path, *, data_index: int = 0) -> None:
         self.results = results
+        self.data_index = data_index
         self._cache: dict[tuple[str, str], pd.DataFrame] = {}
 
     def csv(self, chapter: str, name: str, *, columns: tuple[str, ...] = ()) -> pd.DataFrame:
@@ -92,6 +170,11 @@ def _against(value: float, low: float, high: float, bound: float, *, above: str,
     elif high < bound:
         verdict = below_verdict or ("reversed" if held_if_above else "held")
         text = f"{where}, {below} {_f(bound)}."
+    elif value != bound and (value < bound) == held_if_above:
+        # a directional claim whose estimate points the other way is not held, whatever the interval
+        verdict = "not held"
+        text = (f"{where}: the estimate lies on the other side of {_f(bound)} from the claim (the interval "
+                "includes it).")
     else:
         verdict, text = "inconclusive", f"{where}: the interval includes {_f(bound)}."
     return Outcome(value, (low, high), verdict, text)
@@ -183,7 +266,8 @@ def transfer_retention(t: Tables) -> Outcome:
     verdict = "held" if low >= 0.95 else "not held" if high < 0.95 else "inconclusive"
     text = {"held": "every pair keeps at least 0.950", "not held": "no pair keeps 0.950",
             "inconclusive": "some pairs keep 0.950 and some do not"}[verdict]
-    return Outcome(float(retention.mean()), (low, high), verdict, f"{where}: {text}.")
+    return Outcome(float(retention.mean()), (low, high), verdict, f"{where}: {text}.",
+                   interval_kind=f"range over {len(retention)} model pairs")
 
 
 def _within_objective(t: Tables) -> pd.DataFrame:
@@ -237,12 +321,15 @@ def ssl_converge_more(t: Tables) -> Outcome:
     low, high = float(ssl["within_min"].min()), float(ssl["within_max"].max())
     where = (f"Self-supervised seed pairs share {_f(low)} to {_f(high)}; label-supervised pairs "
              f"{_f(sup['within_min'])} to {_f(sup['within_max'])}{_flagged_note(within)}")
+    kind = "range over seed pairs"
     if low > sup["within_max"]:
-        return Outcome(float(ssl["within_mean"].mean()), (low, high), "held", f"{where}: no overlap, SSL higher.")
+        return Outcome(float(ssl["within_mean"].mean()), (low, high), "held", f"{where}: no overlap, SSL higher.",
+                       kind)
     if high < sup["within_min"]:
         return Outcome(float(ssl["within_mean"].mean()), (low, high), "reversed",
-                       f"{where}: no overlap, supervised higher.")
-    return Outcome(float(ssl["within_mean"].mean()), (low, high), "inconclusive", f"{where}: the ranges overlap.")
+                       f"{where}: no overlap, supervised higher.", kind)
+    return Outcome(float(ssl["within_mean"].mean()), (low, high), "inconclusive", f"{where}: the ranges overlap.",
+                   kind)
 
 
 def objective_drives_convergence(t: Tables) -> Outcome:
@@ -265,8 +352,23 @@ def _effects(t: Tables) -> pd.DataFrame:
     return table.set_index("factor")
 
 
+def _fine_tuning_learned(t: Tables) -> None:
+    """Raise :class:`NotEvaluated` when a fine-tuned backbone's test AUROC is at chance or below."""
+    table = t.csv("04_protocol_sensitivity", "delong_frozen_vs_finetuned.csv", columns=("backbone",))
+    if "AUROC fine-tuned" not in table.columns:
+        return
+    auroc = pd.to_numeric(table["AUROC fine-tuned"], errors="coerce")
+    failed = table[auroc < FAILED_FIT_AUROC]
+    if len(failed):
+        listed = ", ".join(f"{b} {_f(a)}" for b, a in zip(failed["backbone"], auroc[failed.index]))
+        raise NotEvaluated(f"the fine-tuning did not learn for {len(failed)} of {len(table)} backbone(s) (test "
+                           f"AUROC below {_f(FAILED_FIT_AUROC)}: {listed}), so frozen vs fine-tuned compares a "
+                           "failed training")
+
+
 def backbone_below_policy(t: Tables) -> Outcome:
     effects = _effects(t)
+    _fine_tuning_learned(t)
     if not {"backbone", "policy"} <= set(effects.index):
         raise NotEvaluated("needs at least two backbones and both the frozen and fine-tuned policies")
     backbone = float(effects.loc["backbone", "mean_abs_change"])
@@ -282,6 +384,7 @@ def policy_moves_auroc(t: Tables) -> Outcome:
     p = pd.to_numeric(table["p (DeLong)"], errors="coerce").dropna()
     if p.empty:
         raise NotEvaluated("no backbone was both frozen and fine-tuned")
+    _fine_tuning_learned(t)
     significant = int((p < 0.05).sum())
     effect = float(_effects(t).loc["policy", "mean_abs_change"]) if "policy" in _effects(t).index else np.nan
     where = (f"Frozen vs fine-tuned changes AUROC by {_f(effect)} on average; DeLong p < 0.05 for {significant} of "
@@ -317,16 +420,24 @@ def threshold_moves_balanced_accuracy(t: Tables) -> Outcome:
         "models, resampled) by"))
 
 
-def _first_data(table: pd.DataFrame) -> pd.DataFrame:
-    """Rows of the data the chapter studies (the first listed); later ones are controls (e.g. the null phantom)."""
-    return table[table["data"] == table["data"].iloc[0]] if "data" in table.columns and len(table) else table
+def _first_data(table: pd.DataFrame, index: int = 0) -> pd.DataFrame:
+    """Rows of the data the chapter studies (``index`` 0, the first listed); later ones are controls (e.g. the
+    null phantom, ``index`` 1)."""
+    if "data" not in table.columns or not len(table):
+        if index:
+            raise NotEvaluated("the chapter ran no control data")
+        return table
+    names = list(dict.fromkeys(table["data"]))
+    if index >= len(names):
+        raise NotEvaluated("the chapter ran no control data")
+    return table[table["data"] == names[index]]
 
 
 def _partition_rows(t: Tables) -> pd.DataFrame:
     table = t.csv("05_split_and_shortcut_audit", "partition_auc.csv", columns=("scope", "auc", "low", "high"))
     if "source" in table.columns:
         table = table[table["source"] == "embeddings"]
-    table = _first_data(table)
+    table = _first_data(table, t.data_index)
     if table.empty:
         raise NotEvaluated("no partition classifier on embeddings was fitted")
     return table
@@ -358,13 +469,16 @@ def partition_auc_normal_higher(t: Tables) -> Outcome:
         return Outcome(float(n["auc"]), interval, "held", f"{where}: higher, beyond the interval.")
     if n["high"] < a["auc"]:
         return Outcome(float(n["auc"]), interval, "reversed", f"{where}: lower, beyond the interval.")
+    if n["auc"] < a["auc"]:
+        return Outcome(float(n["auc"]), interval, "not held",
+                       f"{where}: lower, the other way from the claim (the interval includes the overall AUC).")
     return Outcome(float(n["auc"]), interval, "inconclusive", f"{where}: the interval includes the overall AUC.")
 
 
 def _shortcut_row(t: Tables, scope: str) -> pd.Series:
     table = t.csv("05_split_and_shortcut_audit", "shortcut_balanced_accuracy.csv",
                   columns=("scope", "balanced_accuracy", "low", "high"))
-    rows = _first_data(table)
+    rows = _first_data(table, t.data_index)
     rows = rows[rows["scope"] == scope]
     if rows.empty:
         raise NotEvaluated(f"the shortcut audit has no {scope} row (the run has no official test split?)")
@@ -391,7 +505,12 @@ def shortcut_test_chance(t: Tables) -> Outcome:
         return Outcome(value, (low, high), "not held",
                        f"{where}: below chance {_f(chance)}, as if the file properties related to the label the "
                        "other way round on test.")
-    return Outcome(value, (low, high), "held", f"{where}: the interval includes chance {_f(chance)}.")
+    if chance - EQUIVALENCE_MARGIN <= low and high <= chance + EQUIVALENCE_MARGIN:
+        return Outcome(value, (low, high), "held",
+                       f"{where}: the whole interval lies within chance {_f(chance)} +- {EQUIVALENCE_MARGIN:.2f}.")
+    return Outcome(value, (low, high), "inconclusive",
+                   f"{where}: the interval includes chance {_f(chance)} but reaches beyond chance +- "
+                   f"{EQUIVALENCE_MARGIN:.2f}, so it does not show the classifier at chance either.")
 
 
 def threshold_transfer_imperfect(t: Tables) -> Outcome:
@@ -463,16 +582,20 @@ def _spreads(t: Tables) -> dict[str, pd.DataFrame]:
 
 
 def validation_selects_well(t: Tables) -> Outcome:
-    good, parts = 0, []
+    good, parts, regrets = 0, [], []
     spreads = _spreads(t)
     for task, spread in spreads.items():
         chosen = spread.loc[spread["times_selected"].idxmax()]
-        median = float(spread["mean"].median())
-        good += chosen["mean"] >= median
-        parts.append(f"{task}: {chosen['candidate']} {_f(chosen['mean'])} vs median {_f(median)}")
-    where = "Test score of the most often selected candidate against the candidates' median: " + "; ".join(parts)
-    return Outcome(float(good), None, "held" if good == len(spreads) else "not held",
-                   f"{where} ({good} of {len(spreads)} task(s) at or above the median).")
+        best = spread.loc[spread["mean"].idxmax()]
+        regret = float(best["mean"] - chosen["mean"])
+        regrets.append(regret)
+        good += regret <= SELECTION_REGRET
+        parts.append(f"{task}: selected {chosen['candidate']} {_f(chosen['mean'])}, best {best['candidate']} "
+                     f"{_f(best['mean'])}")
+    where = ("Mean test score of the candidate selected most often on validation against the best candidate's "
+             "on test: " + "; ".join(parts))
+    return Outcome(max(regrets), None, "held" if good == len(spreads) else "not held",
+                   f"{where} ({good} of {len(spreads)} task(s) within {SELECTION_REGRET:.2f} of the best).")
 
 
 def partitions_reveal_instability(t: Tables) -> Outcome:
@@ -549,12 +672,14 @@ RULES: tuple[dict[str, Any], ...] = tuple(dict(zip(("id", "study", "chapter", "c
      "Under one protocol the backbone moves AUROC less than frozen vs fine-tuned does",
      f"{paper.value('backbone_spread'):.3f} vs {paper.value('policy_effect'):.3f}",
      "held if the mean AUROC change between backbones is below the mean change between policies; reversed "
-     "otherwise (no interval: the effect table has none)", backbone_below_policy,
+     f"otherwise (no interval: the effect table has none); not evaluated if a fine-tuned AUROC is below "
+     f"{FAILED_FIT_AUROC:.2f}", backbone_below_policy,
      "where the run's backbones include random-init or small zoo networks (the default's do), they differ far "
      "more than the study's eight pretrained ImageNet backbones; " + _SMALL_RUN),
     ("policy-moves-auroc", "kermany", "04_protocol_sensitivity",
      "Frozen vs fine-tuned changes AUROC", f"{paper.value('policy_effect'):.3f} on average",
-     "held if DeLong p < 0.05 for at least half of the backbones; not held if for none", policy_moves_auroc,
+     "held if DeLong p < 0.05 for at least half of the backbones; not held if for none; not evaluated if "
+     f"a fine-tuned AUROC is below {FAILED_FIT_AUROC:.2f}", policy_moves_auroc,
      _SMALL_RUN),
     ("threshold-moves-balanced-accuracy", "kermany", "04_protocol_sensitivity",
      "The decision threshold moves balanced accuracy", f"{paper.value('threshold_effect'):.3f} on average",
@@ -566,7 +691,8 @@ RULES: tuple[dict[str, Any], ...] = tuple(dict(zip(("id", "study", "chapter", "c
     ("partition-auc-normal-higher", "kermany", "05_split_and_shortcut_audit",
      "The split is easier to tell apart among normal images",
      f"{paper.value('partition_auc_normal'):.3f} vs {paper.value('partition_auc'):.3f}",
-     "held if the normal images' interval lies above the overall AUC; reversed if below",
+     "held if the normal images' interval lies above the overall AUC; reversed if below; not held if "
+     "the estimate is below it",
      partition_auc_normal_higher, "a shift that affects both classes alike (as the phantom's does) gives no class a higher AUC; " + _SMALL_RUN),
     ("shortcut-pool-high", "kermany", "05_split_and_shortcut_audit",
      "File properties alone predict the label inside the training pool",
@@ -574,8 +700,9 @@ RULES: tuple[dict[str, Any], ...] = tuple(dict(zip(("id", "study", "chapter", "c
      shortcut_pool_high, "the run's files may not carry label-linked properties"),
     ("shortcut-test-chance", "kermany", "05_split_and_shortcut_audit",
      "The same file-property classifier falls to chance on the official test split",
-     f"{paper.value('shortcut_test'):.3f} balanced accuracy", "held if the interval includes chance; not held "
-     "otherwise", shortcut_test_chance, "the run's test files may share the pool's file properties"),
+     f"{paper.value('shortcut_test'):.3f} balanced accuracy", f"held if the whole 95% interval lies within chance +- "
+     f"{EQUIVALENCE_MARGIN:.2f} (equivalence); not held if it lies above or below chance; inconclusive otherwise",
+     shortcut_test_chance, "the run's test files may share the pool's file properties"),
     ("threshold-transfer-imperfect", "kermany", "04_protocol_sensitivity",
      "Thresholds fitted on validation transfer imperfectly to test", "no single number",
      f"held if the mean |test - validation| balanced accuracy of validation-fitted rules lies above "
@@ -586,7 +713,7 @@ RULES: tuple[dict[str, Any], ...] = tuple(dict(zip(("id", "study", "chapter", "c
      "over the fits)", calibration_transfer_imperfect, _SMALL_RUN),
     ("encoder-changes-results", "risk", "06_representation_risk",
      "The choice of encoder changes the test result",
-     f"R^2 {paper.value('houses_r2_resnet50'):.3f} vs {paper.value('houses_r2_siglip2'):.3f} (houses)",
+     f"R² {paper.value('houses_r2_resnet50'):.3f} vs {paper.value('houses_r2_siglip2'):.3f} (houses)",
      "held if the best and worst encoder differ by at least 0.05 in the test score of some task",
      encoder_changes_results, _SMALL_RUN),
     ("no-encoder-best-everywhere", "risk", "06_representation_risk", "No encoder is best in every task",
@@ -594,10 +721,11 @@ RULES: tuple[dict[str, Any], ...] = tuple(dict(zip(("id", "study", "chapter", "c
      no_encoder_best_everywhere, "the run's tasks may all favour one well-trained encoder; " + _SMALL_RUN),
     ("validation-selects-well", "risk", "06_representation_risk",
      "Selecting on locked validation data picks a procedure that does well on test",
-     f"R^2 {paper.value('houses_selected_r2'):.3f} (houses), accuracy "
+     f"R² {paper.value('houses_selected_r2'):.3f} (houses), accuracy "
      f"{paper.value('pneumonia_selected_accuracy'):.3f} (pneumonia)",
-     "held if, in every task, the candidate selected most often scores at or above the candidates' median test "
-     "score", validation_selects_well, "small validation partitions make the selection noisy; " + _SMALL_RUN),
+     "held if, in every task, the candidate selected most often on validation scores on test within "
+     f"{SELECTION_REGRET:.2f} of the best candidate; not held otherwise", validation_selects_well,
+     "small validation partitions make the selection noisy; " + _SMALL_RUN),
     ("partitions-reveal-instability", "risk", "06_representation_risk",
      "Repeated partitions reveal that a selection can be unstable", "instability in horse feature union",
      "held if the selected candidate changes between partitions in at least one task",

@@ -12,14 +12,18 @@ Verdicts
 ``held``
     The run's number satisfies the rule, beyond its interval where it has one.
 ``not held``
-    The rule fails.
+    The rule fails; also a directional claim whose estimate points the other
+    way while its interval still includes the bound.
 ``reversed``
     The run shows the opposite direction, beyond its interval.
 ``inconclusive``
-    The interval straddles the rule's bound.
+    The interval straddles the rule's bound and the estimate points the
+    claim's way (or an "at chance" claim whose interval includes chance but
+    is wider than the equivalence margin).
 ``not evaluated``
-    The run lacks what the rule needs; ``reason`` says what (a missing table,
-    too few seeds, one task only). Never an exception.
+    The run lacks what the rule needs, or a step it rests on failed a sanity
+    check (a fine-tuning at chance, a model that did not learn); ``reason``
+    says what. Never an exception.
 
 Examples
 --------
@@ -35,6 +39,7 @@ True
 from __future__ import annotations
 
 import html
+import json
 import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -46,7 +51,16 @@ import pandas as pd
 
 from crslib._io import JsonResult
 from crslib.paper import STUDIES
-from crslib.claim_rules import MEASURE_COLUMNS, RULES, Outcome, NotEvaluated, Tables
+from crslib.claim_rules import (
+    EQUIVALENCE_MARGIN,
+    MEASURE_COLUMNS,
+    RULES,
+    STATISTICS,
+    NotEvaluated,
+    Outcome,
+    Tables,
+    effect_origin,
+)
 from crslib.errors import InputError
 
 __all__ = ["VERDICTS", "CLAIM_IDS", "CHAPTERS", "MEASURE_COLUMNS", "ClaimVerdict", "Ledger", "build_ledger",
@@ -89,6 +103,16 @@ class ClaimVerdict:
         The verdict in a sentence built from this run's numbers.
     differs : str
         What in a run may differ from the study; shown when the verdict is ``not held`` or ``reversed``.
+    statistic : str
+        What ``run_value`` is, with its unit (:data:`crslib.claim_rules.STATISTICS`).
+    interval_kind : str
+        What ``interval`` is: ``"95% CI"`` or a range over models or pairs.
+    origin : str
+        Whether the effect was planted in the chapter's data (:func:`crslib.claim_rules.effect_origin`):
+        ``"planted (shift=0.5)"``, ``"not planted: emerged"``, ``"your data"``; "" when the run folder
+        does not say which data the chapter studied.
+    control : str
+        The same rule on the chapter's null-phantom control (``"null phantom: 0.509, not held"``), or "".
     """
 
     id: str
@@ -102,6 +126,10 @@ class ClaimVerdict:
     verdict: str
     reason: str
     differs: str
+    statistic: str = ""
+    interval_kind: str = "95% CI"
+    origin: str = ""
+    control: str = ""
 
     def sentence(self) -> str:
         """The claim, the paper's number, this run's number and the verdict, as plain text."""
@@ -154,7 +182,7 @@ class Ledger(JsonResult):
         ``links`` links each claim to its chapter's box in the book; ``labels`` shows each verdict as a
         coloured HTML label (with its word) instead of the plain word.
         """
-        head = ["id", "study", "claim", "paper", "this run", "verdict"]
+        head = ["id", "study", "claim", "paper", "this run", "in the data", "verdict"]
         if study is not None:
             head.remove("study")
         lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -165,6 +193,7 @@ class Ledger(JsonResult):
             if links:
                 claim = f"[{claim}]({v.chapter}.ipynb#what-this-run-shows)"
             cells = [v.id if labels else f"`{v.id}`", v.study, claim, _md(v.paper_value), _md(_run_text(v)),
+                     _md("; ".join(x for x in (v.origin, v.control) if x) or "—"),
                      verdict_label(v.verdict) if labels else v.verdict]
             if study is not None:
                 del cells[1]
@@ -177,6 +206,8 @@ class Ledger(JsonResult):
         for v in self.chapter(chapter):
             text = (f"{html.escape(v.claim)} (paper: {html.escape(v.paper_value)}). "
                     f"{html.escape(_as_sentence(v.reason))}")
+            if v.origin:
+                text += f" In the data: {html.escape('; '.join(x for x in (v.origin, v.control) if x))}."
             if v.verdict in ("not held", "reversed") and v.differs:
                 text += f" <em>Why this run may differ:</em> {html.escape(_as_sentence(v.differs))}"
             items.append(f"<li>{verdict_label(v.verdict)} {text}</li>")
@@ -207,8 +238,11 @@ def render_claims_page(ledger: Ledger, *, run_id: str = "") -> str:
     lines += [
         "## Reading the verdicts", "",
         "*held*: the rule is met, beyond the interval where the run has one; *not held*: it is "
-        "not; *reversed*: the run shows the opposite direction; *inconclusive*: the interval includes the rule's "
-        "bound; *not evaluated*: the run lacks what the rule needs (the chapter's box says what). Each chapter "
+        "not, or the estimate points the other way; *reversed*: the run shows the opposite direction beyond the "
+        "interval; *inconclusive*: the interval includes the rule's bound while the estimate points the claim's "
+        "way (a claim that something is at chance needs its whole interval within chance +- "
+        f"{EQUIVALENCE_MARGIN:.2f}); *not evaluated*: the run lacks what the rule needs, or a step it rests on "
+        "failed (a fine-tuning at chance), and the chapter's box says which. Each chapter "
         "ends with a *What this run shows* box that gives every verdict in a sentence with its numbers and, "
         "where a claim did not hold, what in the run differs from the study.", "",
         "The same ledger for any run folder, on your own data and models: `crs claims RUN_DIR` (add "
@@ -282,17 +316,43 @@ def build_ledger(run_dir: str | os.PathLike) -> Ledger:
     if not root.is_dir():
         raise InputError(f"run folder {str(run_dir)!r} does not exist or is not a folder")
     results = root / "results" if (root / "results").is_dir() else root
-    tables = Tables(results)
+    tables, controls = Tables(results), Tables(results, data_index=1)
+    data = _chapter_data(root)
     verdicts = []
     for spec in _CLAIMS:
-        try:
-            outcome = spec.evaluate(tables)
-        except NotEvaluated as exc:
-            outcome = Outcome(None, None, "not evaluated", str(exc))
+        outcome = _evaluate(spec.evaluate, tables)
+        origin = effect_origin(spec.id, data.get(spec.chapter, ""))
         verdicts.append(ClaimVerdict(spec.id, spec.study, spec.chapter, spec.claim, spec.paper_value,
                                      outcome.value, outcome.interval, spec.rule, outcome.verdict, outcome.reason,
-                                     spec.differs))
+                                     spec.differs, STATISTICS.get(spec.id, ""), outcome.interval_kind, origin,
+                                     _control_text(spec.evaluate, controls) if origin.startswith("planted") else ""))
     return Ledger(tuple(verdicts), str(results))
+
+
+def _evaluate(rule: Callable[[Tables], Outcome], tables: Tables) -> Outcome:
+    try:
+        return rule(tables)
+    except NotEvaluated as exc:
+        return Outcome(None, None, "not evaluated", str(exc))
+
+
+def _control_text(rule: Callable[[Tables], Outcome], controls: Tables) -> str:
+    """The rule on the chapter's null-phantom control data: its number and verdict, or "" when there is none."""
+    outcome = _evaluate(rule, controls)
+    if outcome.verdict == "not evaluated" or outcome.value is None:
+        return ""
+    return f"null phantom: {outcome.value:.3f}, {outcome.verdict}"
+
+
+def _chapter_data(root: Path) -> dict[str, str]:
+    """The ``data`` parameter of each chapter of a run folder (its ``run.json``); {} without one."""
+    try:
+        run = json.loads((root / "run.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    notebooks = run.get("notebooks", []) if isinstance(run, dict) else []
+    return {str(n.get("name")): str(n.get("parameters", {}).get("data") or "") for n in notebooks
+            if isinstance(n, dict) and isinstance(n.get("parameters"), dict)}
 
 
 def _finite(x: float | None) -> float | None:
@@ -306,11 +366,12 @@ def _md(text: str) -> str:
 def _run_text(v: ClaimVerdict) -> str:
     if v.run_value is None or not np.isfinite(v.run_value):
         return "—"
+    label = f"{v.statistic} " if v.statistic else ""
     if v.interval is None and float(v.run_value).is_integer():
-        return f"{int(v.run_value)}"  # a count (tasks, encoders)
-    text = f"{v.run_value:.3f}"
+        return f"{label}{int(v.run_value)}"  # a count (tasks, encoders)
+    text = f"{label}{v.run_value:.3f}"
     if v.interval is not None and all(np.isfinite(v.interval)):
-        text += f" ({v.interval[0]:.3f} to {v.interval[1]:.3f})"
+        text += f" ({v.interval_kind} {v.interval[0]:.3f} to {v.interval[1]:.3f})"
     return text
 
 

@@ -46,7 +46,10 @@ def test_missing_folder_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("public, low_verdict, chance_verdict", [
     ((0.1, 0.08, 0.12), "held", "held"),          # low and above chance
     ((0.7, 0.6, 0.8), "not held", "held"),        # most neighbours shared
-    ((0.5, 0.4, 0.6), "inconclusive", "held"),    # interval includes 0.5
+    ((0.5, 0.4, 0.6), "inconclusive", "held"),    # interval includes 0.5, estimate on it
+    ((0.55, 0.4, 0.7), "not held", "held"),       # interval includes 0.5, estimate above it: the other way
+    ((0.45, 0.3, 0.6), "inconclusive", "held"),   # interval includes 0.5, estimate on the claim's side
+    ((0.008, 0.005, 0.02), "held", "not held"),   # interval includes chance 0.01, estimate below it
     ((0.01, 0.005, 0.02), "held", "inconclusive"),  # interval includes chance 0.01
 ])
 def test_public_pair_rules(tmp_path, public, low_verdict, chance_verdict):
@@ -170,6 +173,26 @@ def protocol_tables(root, backbone, policy, p_values):
         {"backbone": [f"b{i}" for i in range(len(p_values))], "p (DeLong)": p_values}))
 
 
+def test_a_fine_tuning_at_chance_leaves_both_policy_claims_not_evaluated(tmp_path):
+    """The issue's case: fine-tuned AUROCs 0.497, 0.515, 0.495 against frozen 0.810, 0.767, 0.705."""
+    protocol_tables(tmp_path, 0.101, 0.155, [0.001, 0.001, 0.002])
+    write(tmp_path, "04_protocol_sensitivity", "delong_frozen_vs_finetuned.csv", pd.DataFrame(
+        {"backbone": ["a", "b", "c"], "AUROC fine-tuned": [0.497, 0.515, 0.495],
+         "AUROC frozen": [0.810, 0.767, 0.705], "p (DeLong)": [0.001, 0.001, 0.002]}))
+    got = verdicts(tmp_path)
+    for cid in ("backbone-below-policy", "policy-moves-auroc"):
+        assert got[cid].verdict == "not evaluated", (cid, got[cid].reason)
+        assert "did not learn for 3 of 3 backbone(s)" in got[cid].reason and "a 0.497" in got[cid].reason
+    # one backbone learned too little (0.54): still a failed training under the comparison
+    write(tmp_path, "04_protocol_sensitivity", "delong_frozen_vs_finetuned.csv", pd.DataFrame(
+        {"backbone": ["a", "b"], "AUROC fine-tuned": [0.9, 0.54], "p (DeLong)": [0.01, 0.02]}))
+    assert verdicts(tmp_path)["backbone-below-policy"].verdict == "not evaluated"
+    write(tmp_path, "04_protocol_sensitivity", "delong_frozen_vs_finetuned.csv", pd.DataFrame(
+        {"backbone": ["a", "b"], "AUROC fine-tuned": [0.9, 0.56], "p (DeLong)": [0.01, 0.02]}))
+    got = verdicts(tmp_path)
+    assert got["backbone-below-policy"].verdict == "held" and got["policy-moves-auroc"].verdict == "held"
+
+
 def test_protocol_rules(tmp_path):
     protocol_tables(tmp_path, 0.026, 0.044, [0.01, 0.02, 0.5])
     got = verdicts(tmp_path)
@@ -225,7 +248,7 @@ def audit_tables(root, partition, normal, pool, test):
 
 
 def test_audit_rules_as_in_the_paper(tmp_path):
-    audit_tables(tmp_path, (0.697, 0.65, 0.74), (0.898, 0.85, 0.94), (0.992, 0.98, 1.0), (0.496, 0.44, 0.55))
+    audit_tables(tmp_path, (0.697, 0.65, 0.74), (0.898, 0.85, 0.94), (0.992, 0.98, 1.0), (0.496, 0.46, 0.53))
     got = verdicts(tmp_path)
     for cid in ("partition-auc-above-chance", "partition-auc-normal-higher", "shortcut-pool-high",
                 "shortcut-test-chance"):
@@ -240,6 +263,33 @@ def test_audit_rules_when_nothing_is_found(tmp_path):
     assert got["partition-auc-normal-higher"].verdict == "reversed"
     assert got["shortcut-pool-high"].verdict == "inconclusive"
     assert got["shortcut-test-chance"].verdict == "not held"
+
+
+@pytest.mark.parametrize("test, expected", [
+    ((0.496, 0.46, 0.53), "held"),          # the whole interval within 0.5 +- 0.05: equivalent to chance
+    ((0.496, 0.44, 0.55), "inconclusive"),  # includes chance, reaches below 0.45
+    ((0.464, 0.302, 0.626), "inconclusive"),  # the issue's case: 81 images, an interval too wide to say
+    ((0.7, 0.6, 0.8), "not held"),          # still works on test
+    ((0.3, 0.2, 0.4), "not held"),          # below chance
+])
+def test_shortcut_at_chance_on_test_needs_equivalence_not_a_wide_interval(tmp_path, test, expected):
+    audit_tables(tmp_path, (0.697, 0.65, 0.74), (0.898, 0.85, 0.94), (0.992, 0.98, 1.0), test)
+    got = verdicts(tmp_path)["shortcut-test-chance"]
+    assert got.verdict == expected, got.reason
+    if expected == "inconclusive":
+        assert "does not show the classifier at chance" in got.reason
+
+
+@pytest.mark.parametrize("overall, normal, expected", [
+    ((0.85, 0.8, 0.9), (0.95, 0.9, 0.99), "held"),            # above the overall AUC, beyond the interval
+    ((0.85, 0.8, 0.9), (0.90, 0.80, 0.99), "inconclusive"),   # above it, the interval includes it
+    ((0.946, 0.872, 1.0), (0.883, 0.656, 1.0), "not held"),   # the issue's case: below it, the other way
+    ((0.85, 0.8, 0.9), (0.6, 0.5, 0.7), "reversed"),          # below it, beyond the interval
+])
+def test_normal_partition_auc_pointing_the_other_way_is_not_inconclusive(tmp_path, overall, normal, expected):
+    audit_tables(tmp_path, overall, normal, (0.9, 0.8, 1.0), (0.5, 0.46, 0.54))
+    got = verdicts(tmp_path)["partition-auc-normal-higher"]
+    assert got.verdict == expected, got.reason
 
 
 def risk_tables(root, scores, selected):
@@ -270,8 +320,18 @@ def test_risk_rules_one_best_encoder(tmp_path):
     got = verdicts(tmp_path)
     assert got["encoder-changes-results"].verdict == "not held"
     assert got["no-encoder-best-everywhere"].verdict == "not held"
-    assert got["validation-selects-well"].verdict == "not held"  # houses picks b, below the median 0.605
+    assert got["validation-selects-well"].verdict == "held"  # houses picks b, 0.01 below the best
+    assert got["validation-selects-well"].run_value == pytest.approx(0.01)
     assert got["partitions-reveal-instability"].verdict == "not held"
+
+
+def test_a_selection_far_below_the_best_does_not_select_well_even_above_the_median(tmp_path):
+    """The issue's case: R^2 0.119 clears a median of 0.002 but not the best candidate's 0.248."""
+    scores = {"a": {"t": 0.119}, "b": {"t": 0.002}, "c": {"t": -0.3}, "d": {"t": 0.248}, "e": {"t": -1.6}}
+    risk_tables(tmp_path, scores, {"t": {"a": 2, "d": 1}})
+    got = verdicts(tmp_path)["validation-selects-well"]
+    assert got.verdict == "not held" and got.run_value == pytest.approx(0.129)
+    assert "selected a/linear 0.119, best d/linear 0.248" in got.reason
 
 
 def test_malformed_table_is_not_evaluated(tmp_path):
@@ -308,3 +368,56 @@ def test_cli_prints_and_writes_the_ledger(tmp_path, capsys):
     assert {c["id"]: c["verdict"] for c in claims_json}["public-pair-low"] == "held"
     assert (tmp_path / "l.md").read_text().startswith("| id |")
     assert main(["claims", str(tmp_path / "missing")]) == 2
+
+
+def test_the_this_run_column_names_its_statistic_and_says_a_range_is_a_range(tmp_path):
+    from crslib.claim_rules import STATISTICS
+
+    assert set(STATISTICS) == set(claims.CLAIM_IDS)
+    measures(tmp_path, public=(0.333, 0.310, 0.358))
+    write(tmp_path, "03_transfer", "retention_summary.csv",
+          pd.DataFrame({"new_model": ["a", "b", "c"], "mean_retention": [0.939, 0.98, 1.031]}))
+    scores = {"a": {"houses": 0.6, "horses": 0.02}, "b": {"houses": 0.4, "horses": 0.1}}
+    risk_tables(tmp_path, scores, {"houses": {"a": 3}, "horses": {"b": 2}})
+    table = claims.build_ledger(tmp_path).to_markdown()
+    assert "mean overlap@10 of the public pair 0.333 (95% CI 0.310 to 0.358)" in table
+    assert "mean share of the AUROC kept 0.983 (range over 3 model pairs 0.939 to 1.031)" in table
+    assert "encoders best in some task 2" in table
+    assert "R^2" not in table
+    row = json.loads(claims.build_ledger(tmp_path).to_json())["claims"][0]
+    assert row["statistic"] == "mean overlap@10 of the public pair" and row["interval_kind"] == "95% CI"
+
+
+def _run_json(root, data):
+    (root / "run.json").write_text(json.dumps({"notebooks": [
+        {"name": "05_split_and_shortcut_audit", "parameters": {"data": data}},
+        {"name": "02_agreement", "parameters": {"data": data}}]}))
+
+
+def test_each_row_says_whether_its_effect_was_planted_and_shows_the_null_phantom_beside_it(tmp_path):
+    audit_tables(tmp_path, (0.946, 0.872, 1.0), (0.883, 0.656, 1.0), (0.936, 0.905, 0.958), (0.5, 0.46, 0.54))
+    table = pd.read_csv(tmp_path / "results" / "05_split_and_shortcut_audit" / "partition_auc.csv")
+    table.loc[table["data"] == "control", "auc"] = 0.509  # the null phantom: the split is not told apart
+    table.loc[table["data"] == "control", ["low", "high"]] = (0.43, 0.58)
+    write(tmp_path, "05_split_and_shortcut_audit", "partition_auc.csv", table)
+    measures(tmp_path)
+    _run_json(tmp_path, "phantom?patients=250&size=64&seed=1&kermany=1&shortcut=0.9&shift=0.5")
+    got = verdicts(tmp_path)
+    assert got["partition-auc-above-chance"].origin == "planted (shift=0.5)"
+    assert got["partition-auc-above-chance"].control == "null phantom: 0.509, inconclusive"
+    assert got["shortcut-pool-high"].origin == "planted (shortcut=0.9)"
+    assert got["shortcut-pool-high"].control == "null phantom: 0.500, inconclusive"
+    assert got["partition-auc-normal-higher"].origin == "not planted: emerged"
+    assert got["partition-auc-normal-higher"].control == ""
+    assert got["public-pair-low"].origin == "not planted: emerged"
+    page = claims.build_ledger(tmp_path).to_markdown()
+    assert "planted (shift=0.5); null phantom: 0.509, inconclusive" in page
+    assert "In the data: planted (shift=0.5)" in claims.build_ledger(tmp_path).chapter_html("05")
+    # a phantom without the shift: the same claim's effect is not planted
+    _run_json(tmp_path, "phantom?patients=250&kermany=1")
+    assert verdicts(tmp_path)["partition-auc-above-chance"].origin == "not planted (shift=0)"
+    # a researcher's own folder; and a results folder without run.json says nothing
+    _run_json(tmp_path, "/data/my_images")
+    assert {v.origin for v in verdicts(tmp_path).values()} == {"your data", ""}
+    (tmp_path / "run.json").unlink()
+    assert {v.origin for v in verdicts(tmp_path).values()} == {""}

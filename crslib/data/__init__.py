@@ -49,6 +49,7 @@ from crslib.data.loaders import (
     load_dicom_folder,
     load_image_folder,
     load_medmnist,
+    phantom_parameters,
 )
 from crslib.data.manifest import (
     MANIFEST_COLUMNS,
@@ -93,6 +94,7 @@ __all__ = [
     "is_dicom_file",
     "is_image_file",
     "is_phantom_spec",
+    "phantom_parameters",
     "kermany_patient_id",
     "load_data",
     "load_dicom_folder",

@@ -47,6 +47,7 @@ __all__ = [
     "load_dicom_folder",
     "load_image_folder",
     "load_medmnist",
+    "phantom_parameters",
 ]
 
 #: Keys of a ``"phantom?..."`` spec and their defaults.
@@ -597,6 +598,22 @@ def is_phantom_spec(data: Any) -> bool:
     (True, False)
     """
     return isinstance(data, str) and (data == "phantom" or data.startswith("phantom?"))
+
+
+def phantom_parameters(spec: str) -> dict[str, Any]:
+    """The parameters of a phantom spec, defaults filled in (:data:`PHANTOM_DEFAULTS`).
+
+    Raises
+    ------
+    DataError
+        If ``spec`` is not a valid phantom spec.
+
+    Examples
+    --------
+    >>> phantom_parameters("phantom?patients=50&shift=0.5")["shift"]
+    0.5
+    """
+    return _parse_phantom(spec)
 
 
 def load_data(data: str | os.PathLike) -> pd.DataFrame:
