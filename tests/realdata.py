@@ -36,7 +36,7 @@ LAYOUTS = ("paths", "labelled", "kermany")
 #: network runs at the tiles' 64 px, not the 224 px it was trained at (the user's choice, kept by the book)
 OWN_MODELS = "public:efficientnet_lite0?size=64,timm:resnet18?size=64"
 TILE = 64
-TILES_PER_IMAGE = 18
+TILES_PER_IMAGE = 12
 TILES_PER_PATIENT = 3
 
 
