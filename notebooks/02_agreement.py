@@ -24,9 +24,10 @@
 # By default this notebook runs the study's analyses on the phantom with a
 # **model zoo**: small encoders trained here on the phantom's training pool
 # that differ in one factor at a time (objective, seed, width), plus two real
-# pretrained ImageNet networks that ship in Python packages
-# (EfficientNet-Lite0 and the ResNet-50-thin of Yahoo's Open-NSFW) as the
-# "public" pair. The `data` and `models` parameters (`crs book --data DIR
+# pretrained networks that ship in Python packages as the "public" pair
+# ({ref}`public models <glossary-public-models>`): ImageNet EfficientNet-Lite0,
+# and Yahoo's Open-NSFW, an ImageNet ResNet-50-thin fine-tuned to detect NSFW
+# images (used for its features, as a second network of another family). The `data` and `models` parameters (`crs book --data DIR
 # --models A,B,C`) run it on other images and encoders; each analysis says
 # what it needs and is skipped, with the reason, when the data or the models
 # lack it. The phantom and the small models are not the study's data and

@@ -40,8 +40,10 @@
 # patient ids and a `split` column with train and test rows (a Kermany
 # `chest_xray/` folder has all three). The default backbones are zoo
 # encoders trained on the standard phantom (their "pretraining" data, never
-# the data studied here), two ImageNet networks that ship in Python
-# packages and a randomly initialised network; `--models` replaces them.
+# the data studied here), the two {ref}`public models <glossary-public-models>`
+# (ImageNet EfficientNet-Lite0, and Open-NSFW: an ImageNet ResNet-50 fine-tuned
+# to detect NSFW images) and a randomly initialised network; `--models`
+# replaces them.
 # Numbers below are this run's.
 #
 # *Terms used in this chapter*, defined in the {doc}`glossary <../glossary>`: {ref}`AUROC <glossary-auroc>`, {ref}`DeLong test <glossary-delong-test>`, {ref}`balanced accuracy <glossary-balanced-accuracy>`, {ref}`Youden's J <glossary-youden>`, {ref}`ECE <glossary-ece>`, {ref}`temperature and Platt scaling <glossary-temperature-scaling>`.

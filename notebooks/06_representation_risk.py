@@ -56,8 +56,9 @@
 #    `n_partitions` default; the setup line gives this run's number).
 #
 # With the default parameters the workflow runs on the phantom with the
-# model zoo, two ImageNet networks that ship in Python packages and a
-# randomly initialised network, for two classification tasks and one
+# model zoo, the two {ref}`public models <glossary-public-models>` (ImageNet
+# EfficientNet-Lite0, and Open-NSFW: an ImageNet ResNet-50 fine-tuned to detect
+# NSFW images) and a randomly initialised network, for two classification tasks and one
 # regression task; the line below the setup says which data, encoders and
 # tasks this run used. Each task is a manifest column: a two-class column
 # (numbers or text) is a binary classification task, scored by

@@ -113,3 +113,18 @@ def test_the_first_use_check_finds_an_unlinked_term_and_accepts_a_linked_one() -
     # a link to the wrong entry does not count, and a term in a code span is not a use
     assert "glossary-auroc" in unlinked_first_uses("The {ref}`AUROC <glossary-ece>` and `AUROC`.")
     assert unlinked_first_uses("the `shortcut` knob") == {}
+
+
+def test_the_glossary_defines_the_books_own_words_and_names_each_public_model_by_what_it_is() -> None:
+    anchors = glossary_anchors()
+    assert {"glossary-phantom", "glossary-model-zoo", "glossary-public-models", "glossary-verdicts"} <= anchors
+    text = GLOSSARY.read_text(encoding="utf-8")
+    for word in ("*held*", "*not held*", "*reversed*", "*inconclusive*", "*not evaluated*", "equivalence margin"):
+        assert word in text, word
+    assert "fine-tuned to detect NSFW" in text and "EfficientNet-Lite1" in text
+    # no chapter calls the pair "two ImageNet networks" without saying what Open-NSFW is
+    for chapter in CHAPTERS:
+        prose = chapter_prose(chapter.read_text(encoding="utf-8"))
+        if "Open-NSFW" in prose:
+            assert "fine-tuned to detect NSFW" in re.sub(r"\s+", " ", prose), chapter.name
+        assert "two ImageNet networks" not in prose, chapter.name
