@@ -92,7 +92,7 @@ def own_books(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
     ``{layout: (book root, RunRecord, cache folder)}``; each build has its
     own cache folder, so a test can check that no zoo model was trained.
     """
-    from realdata import LAYOUTS, OWN_MODELS, write_layout
+    from realdata import LAYOUTS, OWN_BOOK_TILES, OWN_MODELS, write_layout
 
     from crslib.runner import build_book
 
@@ -101,7 +101,7 @@ def own_books(tmp_path_factory: pytest.TempPathFactory, repo_root: Path):
     try:
         for layout in LAYOUTS:
             root = tmp_path_factory.mktemp(f"own-{layout}")
-            data = write_layout(layout, root / "images")
+            data = write_layout(layout, root / "images", OWN_BOOK_TILES)
             for name in ["_config.yml", "_toc.yml"]:
                 shutil.copy2(repo_root / name, root / name)
             shutil.copytree(repo_root / "book", root / "book", ignore=shutil.ignore_patterns("generated"))

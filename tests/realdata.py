@@ -36,7 +36,11 @@ LAYOUTS = ("paths", "labelled", "kermany")
 #: network runs at the tiles' 64 px, not the 224 px it was trained at (the user's choice, kept by the book)
 OWN_MODELS = "public:efficientnet_lite0?size=64,timm:resnet18?size=64"
 TILE = 64
-TILES_PER_IMAGE = 12
+TILES_PER_IMAGE = 18
+#: Tiles per source image in the own-data books (conftest's own_books): 192 images, 64 patients, enough for
+#: every assertion on them; the other tests keep :data:`TILES_PER_IMAGE`, whose exact tiles they rely on
+#: (the identical tiles that cross the Kermany layout's split, the leakage audit's planted copies).
+OWN_BOOK_TILES = 12
 TILES_PER_PATIENT = 3
 
 
@@ -50,7 +54,7 @@ def _source_image(name: str) -> np.ndarray:
     return image
 
 
-def tiles() -> pd.DataFrame:
+def tiles(per_image: int = TILES_PER_IMAGE) -> pd.DataFrame:
     """Every tile (``array``), with its source image, class (0 or 1) and patient number."""
     rows = []
     patient = 0
@@ -59,7 +63,7 @@ def tiles() -> pd.DataFrame:
             image = _source_image(name)
             h, w = image.shape[:2]
             corners = [(y, x) for y in range(0, h - TILE + 1, TILE) for x in range(0, w - TILE + 1, TILE)]
-            pick = np.random.default_rng(len(rows)).permutation(len(corners))[:TILES_PER_IMAGE]
+            pick = np.random.default_rng(len(rows)).permutation(len(corners))[:per_image]
             for i, c in enumerate(sorted(pick)):
                 y, x = corners[c]
                 if i % TILES_PER_PATIENT == 0:
@@ -76,19 +80,19 @@ def _save(array: np.ndarray, path: Path) -> None:
     Image.fromarray(array).save(path)
 
 
-def write_paths_only(out: str | Path) -> Path:
+def write_paths_only(out: str | Path, per_image: int = TILES_PER_IMAGE) -> Path:
     """A flat folder of PNG and JPEG tiles without any metadata."""
     out = Path(out)
-    for i, row in tiles().iterrows():
+    for i, row in tiles(per_image).iterrows():
         _save(row["array"], out / f"tile_{i:04d}.{'png' if i % 3 else 'jpg'}")
     return out
 
 
-def write_labelled(out: str | Path) -> Path:
+def write_labelled(out: str | Path, per_image: int = TILES_PER_IMAGE) -> Path:
     """Tiles with ``manifest.csv``: image_id, path, patient_id, label (text), source; no split."""
     out = Path(out)
     records = []
-    for i, row in tiles().iterrows():
+    for i, row in tiles(per_image).iterrows():
         rel = f"images/{row['source']}_{i:04d}.png"
         _save(row["array"], out / rel)
         records.append({"image_id": f"tile{i:04d}", "path": rel, "patient_id": f"P{row['patient']:03d}",
@@ -97,10 +101,10 @@ def write_labelled(out: str | Path) -> Path:
     return out
 
 
-def write_kermany(out: str | Path) -> Path:
+def write_kermany(out: str | Path, per_image: int = TILES_PER_IMAGE) -> Path:
     """Tiles in Kermany's layout: split / class folders and its file names; patients stay in one split."""
     out = Path(out)
-    table = tiles()
+    table = tiles(per_image)
     patients = table["patient"].unique()
     order = np.random.default_rng(0).permutation(patients)
     split_of = {}
@@ -119,10 +123,10 @@ def write_kermany(out: str | Path) -> Path:
     return out
 
 
-def write_layout(layout: str, out: str | Path) -> Path:
-    """Write one of :data:`LAYOUTS` into ``out``."""
+def write_layout(layout: str, out: str | Path, per_image: int = TILES_PER_IMAGE) -> Path:
+    """Write one of :data:`LAYOUTS` into ``out``, ``per_image`` tiles from each source image."""
     writers = {"paths": write_paths_only, "labelled": write_labelled, "kermany": write_kermany}
-    return writers[layout](out)
+    return writers[layout](out, per_image)
 
 
 if __name__ == "__main__":  # pragma: no cover - a convenience for building the folders by hand
