@@ -50,6 +50,7 @@ __all__ = [
     "brier_loss",
     "reliability_curve",
     "fit_calibrator",
+    "calibration_floor",
     "calibration_transfer",
 ]
 
@@ -589,6 +590,58 @@ def calibration_error(
     return float(np.sum(np.abs(sum_p - sum_y)) / y.size)
 
 
+def calibration_floor(
+    y_prob: Any,
+    *,
+    n_bins: int = 10,
+    quantile: float = 0.95,
+    n_simulations: int = 200,
+    random_state: int | None = 0,
+) -> float:
+    """The ECE a perfectly calibrated model shows on a test set of this size: a quantile over simulations.
+
+    ECE is above 0 on a finite sample even when the probabilities are right.
+    Each simulation draws labels ``y ~ Bernoulli(y_prob)``, for which
+    ``y_prob`` is calibrated by construction, and computes
+    :func:`calibration_error` (uniform bins); the ``quantile`` of those ECEs
+    is the largest a calibrated model plausibly shows here. An observed ECE
+    above it is miscalibration, not sampling noise.
+
+    Parameters
+    ----------
+    y_prob : array-like of float in [0, 1]
+        The probabilities whose calibration is judged (e.g. after calibration, on test).
+    n_bins : int
+        Bins of the ECE, as in :func:`calibration_error`.
+    quantile : float
+        In (0, 1).
+    n_simulations : int
+    random_state : int or None
+
+    Returns
+    -------
+    float
+
+    Examples
+    --------
+    >>> floor = calibration_floor(np.full(100, 0.3))
+    >>> 0.05 < floor < 0.2  # 100 images: about 0.08 by chance alone
+    True
+    """
+    p = check_binary(np.zeros(np.size(y_prob)), y_prob, require_both=False)[1]
+    if not 0 < quantile < 1:
+        raise InputError(f"quantile must lie in (0, 1), got {quantile!r}")
+    idx, edges = _bins(p, n_bins, "uniform")
+    rng = np.random.default_rng(random_state)
+    sum_p = np.bincount(idx, weights=p, minlength=edges.size - 1)
+    eces = np.empty(check_count(n_simulations, "n_simulations"))
+    for i in range(eces.size):
+        # the positives drawn per bin; ECE = sum_k |sum_p_k - sum_y_k| / N, as in calibration_error
+        sum_y = np.bincount(idx, weights=(rng.random(p.size) < p).astype(float), minlength=edges.size - 1)
+        eces[i] = np.abs(sum_p - sum_y).sum() / p.size
+    return float(np.quantile(eces, quantile))
+
+
 def brier_loss(y_true: Any, y_prob: Any) -> float:
     """Brier score: mean squared difference between probability and label.
 
@@ -812,7 +865,10 @@ def calibration_transfer(
     pandas.DataFrame
         ``method, fitted_on, ece_uniform_before, ece_uniform_after,
         ece_quantile_before, ece_quantile_after, brier_before, brier_after,
-        params``.
+        params, ece_uniform_floor_after``; the last is the uniform-bin ECE a
+        perfectly calibrated model with the calibrated probabilities would
+        still show on the evaluation split (:func:`calibration_floor`, 95th
+        percentile).
 
     Examples
     --------
@@ -837,10 +893,11 @@ def calibration_transfer(
                 brier_loss(ye, p))
 
     before = scores(pe)
-    rows = [("none", before, {})]
+    rows = [("none", before, {}, calibration_floor(pe, n_bins=n_bins))]
     for method in methods:
         cal = fit_calibrator(yf, pf, method=method)
-        rows.append((method, scores(cal.transform(pe)), dict(cal.params)))
+        after = cal.transform(pe)
+        rows.append((method, scores(after), dict(cal.params), calibration_floor(after, n_bins=n_bins)))
     return pd.DataFrame([{
         "method": method,
         "fitted_on": fit_name,
@@ -851,4 +908,5 @@ def calibration_transfer(
         "brier_before": before[2],
         "brier_after": after[2],
         "params": params,
-    } for method, after, params in rows])
+        "ece_uniform_floor_after": floor,
+    } for method, after, params, floor in rows])

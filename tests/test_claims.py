@@ -228,12 +228,27 @@ def test_threshold_and_calibration_transfer(tmp_path):
         "gap": [0.9, 0.9, 0.9, 0.9, 0.001, -0.002, 0.0, 0.001]}))  # the fixed rule is not fitted: ignored
     write(tmp_path, "04_protocol_sensitivity", "calibration_transfer.csv", pd.DataFrame({
         "method": ["none", "temperature", "temperature", "platt", "platt"],
-        "ece_uniform_before": [0.2] * 5, "ece_uniform_after": [0.2, 0.15, 0.16, 0.14, 0.17]}))
+        "ece_uniform_before": [0.2] * 5, "ece_uniform_after": [0.2, 0.15, 0.16, 0.14, 0.17],
+        "ece_uniform_floor_after": [0.08, 0.08, 0.09, 0.07, 0.08]}))
     got = verdicts(tmp_path)
     assert got["threshold-transfer-imperfect"].run_value == pytest.approx(0.001)
     assert got["threshold-transfer-imperfect"].verdict == "not held"
     assert got["calibration-transfer-imperfect"].verdict == "held"
-    assert got["calibration-transfer-imperfect"].run_value == pytest.approx(0.155)
+    assert got["calibration-transfer-imperfect"].run_value == pytest.approx(0.075)  # 0.155 above a floor of 0.08
+
+
+def test_calibration_within_what_a_calibrated_model_shows_is_not_imperfect(tmp_path):
+    """The issue's case: a test ECE above 0.020 is no evidence when a calibrated model shows 0.08 on this test set."""
+    table = pd.DataFrame({"method": ["temperature", "platt", "temperature", "platt"],
+                          "ece_uniform_before": [0.17] * 4, "ece_uniform_after": [0.06, 0.07, 0.05, 0.065],
+                          "ece_uniform_floor_after": [0.08, 0.085, 0.08, 0.09]})
+    write(tmp_path, "04_protocol_sensitivity", "calibration_transfer.csv", table)
+    got = verdicts(tmp_path)["calibration-transfer-imperfect"]
+    assert got.verdict == "not held" and got.run_value < 0, got.reason
+    assert "a perfectly calibrated model would show up to 0.084" in got.reason
+    write(tmp_path, "04_protocol_sensitivity", "calibration_transfer.csv", table.drop(columns="ece_uniform_floor_after"))
+    got = verdicts(tmp_path)["calibration-transfer-imperfect"]
+    assert got.verdict == "not evaluated" and "rerun chapter 04" in got.reason
 
 
 def audit_tables(root, partition, normal, pool, test):

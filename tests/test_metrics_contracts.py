@@ -13,6 +13,7 @@ import pytest
 from sklearn.metrics import average_precision_score, balanced_accuracy_score, f1_score
 
 from crslib import metrics as M
+from crslib.errors import InputError
 from crslib.stats import resample_indices
 from assertions import error_message
 
@@ -307,7 +308,10 @@ def test_calibration_transfer_columns_and_defaults():
         "p_fit must be probabilities in [0, 1]")
     assert list(table.columns) == ["method", "fitted_on", "ece_uniform_before", "ece_uniform_after",
                                    "ece_quantile_before", "ece_quantile_after", "brier_before", "brier_after",
-                                   "params"]
+                                   "params", "ece_uniform_floor_after"]
+    for row, after in zip(table.itertuples(), [pe, *(M.fit_calibrator(y[:600], p[:600], method=m).transform(pe)
+                                                       for m in ("temperature", "platt"))]):
+        assert row.ece_uniform_floor_after == M.calibration_floor(after, n_bins=10)
 
 
 
@@ -331,3 +335,24 @@ def test_edge_cases_of_labels_ranks_and_thresholds():
     cal = M.Calibrator("temperature", {"temperature": 1.0})
     assert error_message(cal.transform, np.ones((2, 2)) / 2) == (
         "y_prob must be a 1-D array with one value per case, got shape (2, 2)")
+
+
+def test_calibration_floor_is_what_a_calibrated_model_shows_and_shrinks_with_the_test_set():
+    rng = np.random.default_rng(3)
+    p = rng.uniform(0.05, 0.95, 200)
+    floor = M.calibration_floor(p)
+    # labels drawn from p: p is calibrated, and its ECE stays below the 95th percentile in about 95% of draws
+    below = np.mean([M.calibration_error((rng.random(200) < p).astype(int), p) <= floor for _ in range(400)])
+    assert 0.9 <= below <= 0.99
+    # a miscalibrated model (probabilities 0.2 too high) lies above it
+    y = (rng.random(200) < p).astype(int)
+    assert M.calibration_error(y, np.clip(p + 0.2, 0, 1)) > M.calibration_floor(np.clip(p + 0.2, 0, 1))
+    # ECE of a calibrated model falls like 1 / sqrt(N): four times the images, about half the floor
+    big = M.calibration_floor(np.tile(p, 4))
+    assert 0.35 < big / floor < 0.65
+    assert M.calibration_floor(p, quantile=0.5) < floor
+    assert M.calibration_floor(p, random_state=0) == M.calibration_floor(p, random_state=0)
+    with pytest.raises(InputError, match="quantile"):
+        M.calibration_floor(p, quantile=1.0)
+    with pytest.raises(InputError, match="probabilities"):
+        M.calibration_floor(p * 2)
