@@ -684,7 +684,7 @@ def _add_book_command(sub: argparse._SubParsersAction) -> None:
                    help="execute every notebook, even one whose identical execution (same source, parameters, "
                    "crslib code and package versions, on the embedded default data) an earlier run cached")
     p.add_argument("--repository-url", metavar="URL",
-                   help="public repository (https://github.com/ORG/REPO) for the repository, Binder and "
+                   help="the public GitHub repository's https URL, for the repository, Binder and "
                    "Colab buttons; overrides repository.url in _config.yml (default: no such buttons)")
     p.set_defaults(func=_cmd_book)
 

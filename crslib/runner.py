@@ -667,8 +667,9 @@ def build_html(*, book_root: str | os.PathLike | None = None, repository_url: st
     book_root : path, optional
         Folder holding ``_config.yml``, ``_toc.yml`` and ``book/``; default the repository.
     repository_url : str, optional
-        The public repository (``https://github.com/ORG/REPO``) the repository,
-        Binder and Colab buttons point to; overrides ``repository.url`` in
+        The https URL of the public GitHub repository the repository,
+        Binder and Colab buttons point to (a published build takes it from
+        CI: ``CRS_REPOSITORY_URL`` in the book workflow); overrides ``repository.url`` in
         ``_config.yml``. Without either, the book has no such buttons.
 
     Raises

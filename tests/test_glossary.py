@@ -128,3 +128,10 @@ def test_the_glossary_defines_the_books_own_words_and_names_each_public_model_by
         if "Open-NSFW" in prose:
             assert "fine-tuned to detect NSFW" in re.sub(r"\s+", " ", prose), chapter.name
         assert "two ImageNet networks" not in prose, chapter.name
+
+
+def test_no_page_source_shows_a_placeholder_repository_url() -> None:
+    """The API and CLI pages render docstrings and --help: none may show a made-up github.com address."""
+    sources = [*ROOT.glob("crslib/**/*.py"), *ROOT.glob("book/**/*.md"), ROOT / "README.md", *CHAPTERS]
+    found = [str(p.relative_to(ROOT)) for p in sources if re.search(r"github\.com/(?:ORG|OWNER|USER)/", p.read_text())]
+    assert not found, found
