@@ -97,7 +97,7 @@ PLANTED: dict[str, str] = {
 
 def effect_origin(claim_id: str, data: str) -> str:
     """Whether a claim's effect was planted in the data the chapter studied: ``"planted (shift=0.5)"``,
-    ``"not planted (shift=0)"``, ``"not planted: emerged"``, ``"your data"``, or "" when ``data`` is unknown.
+    ``"not planted (shift=0)"``, ``"emerged"``, ``"your data"``, or "" when ``data`` is unknown.
 
     Examples
     --------
@@ -110,7 +110,7 @@ def effect_origin(claim_id: str, data: str) -> str:
         return "your data"
     key = PLANTED.get(claim_id)
     if key is None:
-        return "not planted: emerged"
+        return "emerged"
     value = phantom_parameters(data)[key]
     return f"planted ({key}={value:g})" if value > 0 else f"not planted ({key}=0)"
 

@@ -109,7 +109,7 @@ class ClaimVerdict:
         What ``interval`` is: ``"95% CI"`` or a range over models or pairs.
     origin : str
         Whether the effect was planted in the chapter's data (:func:`crslib.claim_rules.effect_origin`):
-        ``"planted (shift=0.5)"``, ``"not planted: emerged"``, ``"your data"``; "" when the run folder
+        ``"planted (shift=0.5)"``, ``"emerged"``, ``"your data"``; "" when the run folder
         does not say which data the chapter studied.
     control : str
         The same rule on the chapter's null-phantom control (``"null phantom: 0.509, not held"``), or "".
@@ -237,6 +237,10 @@ def render_claims_page(ledger: Ledger, *, run_id: str = "") -> str:
                       ""]
     lines += [
         "## Reading the verdicts", "",
+        "*In the data* says, for a run on the phantom, whether the claim's effect was built into the data (the "
+        "phantom parameter that plants it, e.g. `shift=0.5`) or *emerged* from the models and the analysis; "
+        "where the chapter also studied a null phantom without the effect, the same rule's result on it follows. "
+        "On your own data it says *your data*.", "",
         "*held*: the rule is met, beyond the interval where the run has one; *not held*: it is "
         "not, or the estimate points the other way; *reversed*: the run shows the opposite direction beyond the "
         "interval; *inconclusive*: the interval includes the rule's bound while the estimate points the claim's "

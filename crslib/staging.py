@@ -4,13 +4,14 @@
 weights, the git commit of the code); :func:`stage_run` copies the executed
 notebooks into ``book/generated/``, puts a *Parameters of this run* box at the
 top of each chapter and a provenance footer at its end, and writes the
-reproducibility and claims pages.
+reproducibility and claims pages and the landing page's *Start here* summary.
 """
 
 from __future__ import annotations
 
 import html
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -19,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from crslib._io import atomic_write_text
-from crslib.claims import build_ledger, render_claims_page
+from crslib.claims import Ledger, build_ledger, render_claims_page
+from crslib.data import is_phantom_spec
 from crslib.preflight import DATA_PARAMETERS
 from crslib.records import NotebookRecord, RunRecord
 
@@ -214,9 +216,55 @@ def render_reproducibility(record: RunRecord) -> str:
     return "\n".join(lines)
 
 
+def _shown(value: Any) -> str:
+    """A parameter as a reader may see it inside a Markdown code span: a path by its last part (no machine's
+    folders); a backtick, which would end the span, becomes a quote (a code span shows HTML as text)."""
+    text = re.sub(r"(?:\b[A-Za-z]:)?[\\/](?:[^,#?\\/]+[\\/])+([^,#?\\/]+)", r"\1", str(value))
+    return text.replace("`", "'")
+
+
+def render_start_here(record: RunRecord, ledger: Ledger) -> str:
+    """The landing page's *Start here* summary (MyST Markdown, under the heading the book's
+    ``crs-start-here`` directive gives it): what this build ran and what it found.
+
+    The preset and run, the data every chapter studied (a phantom spec, or a
+    folder named by its last part), the models of chapter 02, and the claims
+    ledger's verdict counts, with where to go next.
+
+    Examples
+    --------
+    >>> from crslib.claims import build_ledger
+    >>> rec = RunRecord("r1", ".", "quick", {}, "2026-01-01T00:00:00+00:00",
+    ...                 notebooks=[NotebookRecord("02_agreement", {"data": "/home/me/xrays", "models": "zoo:*"}, 1, "")])
+    >>> page = render_start_here(rec, build_ledger("."))
+    >>> "your images (folder `xrays`)" in page and "/home/me" not in page
+    True
+    """
+    data = list(dict.fromkeys(str(n.parameters["data"]) for n in record.notebooks if n.parameters.get("data")))
+    phantoms = [d for d in data if is_phantom_spec(d)]
+    own = [d for d in data if not is_phantom_spec(d)]
+    studied = ("the phantom, " + ", ".join(f"`{_shown(d)}`" for d in phantoms)) if phantoms else ""
+    if own:
+        studied = "your images (" + ", ".join(f"folder `{_shown(d)}`" for d in own) + ")" + (
+            f" and {studied}" if studied else "")
+    models = next((n.parameters[key] for n in record.notebooks for key in ("models", "backbones", "encoders")
+                   if n.parameters.get(key)), None)
+    counts = ", ".join(f"{n} {name}" for name, n in ledger.counts().items() if n)
+    return "\n".join([
+        f"**This build** ran the `{_shown(record.preset)}` preset (run `{_shown(record.run_id)}`) on "
+        f"{studied or 'no data'}" + (f", with the models `{_shown(models)}`" if models else "") + ". "
+        f"Of the {len(ledger.verdicts)} claims of the three studies, it found: {counts}; "
+        "{doc}`Claims at a glance <generated/claims>` gives each one with its numbers and says which effects "
+        "were planted in the phantom.", "",
+        "**Then** read the chapters in order, starting with {doc}`the data <generated/01_data_and_embeddings>`; "
+        "rerun them on your own images and models with {doc}`own_data`; or teach from the "
+        "{doc}`course <course/syllabus>`. Words the book uses are in the {doc}`glossary`.", "",
+    ])
+
+
 def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) -> Path:
     """Copy a run's executed notebooks and record into ``book/generated/`` and
-    write its reproducibility and claims pages there."""
+    write its reproducibility and claims pages and its *Start here* summary there."""
     root = Path(book_root) if book_root else REPO_ROOT
     target = root / GENERATED
     if target.exists():
@@ -229,7 +277,9 @@ def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) 
         _present_for_readers(staged, notebook.parameters, downloads, footer=provenance_footer(record, notebook))
     shutil.copy2(Path(record.run_dir) / "run.json", target / "run.json")
     atomic_write_text(target / "reproducibility.md", render_reproducibility(record))
-    atomic_write_text(target / "claims.md", render_claims_page(build_ledger(record.run_dir), run_id=record.run_id))
+    ledger = build_ledger(record.run_dir)
+    atomic_write_text(target / "claims.md", render_claims_page(ledger, run_id=record.run_id))
+    atomic_write_text(target / "start_here.md", render_start_here(record, ledger))  # the crs-start-here directive
     return target
 
 

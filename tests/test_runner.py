@@ -272,7 +272,7 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
     target = stage_run(record, book_root=book)
     assert target == book / "book" / "generated"
     assert sorted(p.name for p in target.iterdir()) == ["01_a.ipynb", "02_b.ipynb", "claims.md", "reproducibility.md",
-                                                        "results", "run.json"]
+                                                        "results", "run.json", "start_here.md"]
     assert sorted(p.relative_to(target / "results").as_posix() for p in (target / "results").rglob("*.*")) == [
         "01_a/table.csv", "02_b/table.csv"]  # tables, not arrays
     for notebook in notebooks:
@@ -296,6 +296,25 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
     assert claims_page.startswith("# Claims at a glance") and "run `r1`" in claims_page
     assert all(f"| {cid} |" in claims_page for cid in CLAIM_IDS)
     assert f"{len(CLAIM_IDS)} not evaluated" in claims_page  # the run wrote no chapter's tables
+    start = (target / "start_here.md").read_text()
+    assert start.startswith("**This build** ran the `quick` preset (run `r1`) on no data. Of the")
+    assert f"it found: {len(CLAIM_IDS)} not evaluated" in start and "{doc}`Claims at a glance <generated/claims>`" in start
+
+
+def test_start_here_names_the_data_and_models_without_a_machines_folders() -> None:
+    from crslib.claims import build_ledger
+    from crslib.records import NotebookRecord, RunRecord
+    from crslib.staging import render_start_here
+
+    notebooks = [NotebookRecord("01_data_and_embeddings", {"data": "/home/ana/study/xrays`x"}, 1.0, ""),
+                 NotebookRecord("02_agreement", {"data": "/home/ana/study/xrays`x",
+                                                 "models": "onnx:/srv/models/enc.onnx#feat,timm:resnet18"}, 1.0, ""),
+                 NotebookRecord("04_protocol_sensitivity", {"data": "phantom?patients=9&shift=0.5"}, 1.0, "")]
+    record = RunRecord("r2", ".", "my.yaml", {}, "2026-01-01T00:00:00+00:00", notebooks=notebooks)
+    page = render_start_here(record, build_ledger(Path(__file__).parent))
+    assert "your images (folder `xrays'x`) and the phantom, `phantom?patients=9&shift=0.5`" in page
+    assert "the models `onnx:enc.onnx#feat,timm:resnet18`" in page
+    assert "/home/ana" not in page and "/srv" not in page
 
 
 def test_git_commit_gives_the_full_hash_and_marks_a_dirty_tree(tmp_path) -> None:

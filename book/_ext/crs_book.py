@@ -189,6 +189,33 @@ def _bench_directive():
     return CrsBench
 
 
+def _start_here_directive():
+    from docutils import nodes
+    from docutils.parsers.rst import Directive
+    from docutils.statemachine import StringList
+
+    class CrsStartHere(Directive):
+        """The landing page's *Start here* summary of the staged run (``book/generated/start_here.md``,
+        written by ``crs book``); nothing before a run has been staged."""
+
+        has_content = False
+
+        def run(self):
+            env = self.state.document.settings.env
+            path = Path(env.srcdir) / "book" / "generated" / "start_here.md"
+            if not path.is_file():
+                return []
+            env.note_dependency(str(path))
+            container = nodes.container(classes=["crs-start-here"])
+            container += nodes.rubric(text="Start here")
+            # parsed as the page's own MyST, so its {doc} links resolve from the landing page
+            self.state.nested_parse(StringList(path.read_text(encoding="utf-8").splitlines(), str(path)),
+                                    self.content_offset, container)
+            return [container]
+
+    return CrsStartHere
+
+
 def _repository_from_environment(app, config) -> None:
     options = dict(config.html_theme_options or {})
     url = os.environ.get("CRS_REPOSITORY_URL") or options.get("repository_url") or ""
@@ -254,6 +281,7 @@ def setup(app):
     app.add_config_value("crs_published_branch", "gh-pages", "html")
     app.add_directive("crs-cli", _cli_directive())
     app.add_directive("crs-bench", _bench_directive())
+    app.add_directive("crs-start-here", _start_here_directive())
     app.connect("config-inited", _repository_from_environment)
     app.connect("html-page-context", _launch_targets, priority=900)
     # after the themes' own page-context handlers (priority 500)
