@@ -21,6 +21,7 @@ from typing import Any
 
 from crslib._io import atomic_write_text
 from crslib.claims import Ledger, build_ledger, render_claims_page
+from crslib.config import cache_dir
 from crslib.data import is_phantom_spec
 from crslib.preflight import DATA_PARAMETERS
 from crslib.records import NotebookRecord, RunRecord
@@ -270,17 +271,44 @@ def stage_run(record: RunRecord, *, book_root: str | os.PathLike | None = None) 
     if target.exists():
         shutil.rmtree(target)
     target.mkdir(parents=True)
+    prefixes = _machine_folders(record)
     for notebook in record.notebooks:
         staged = target / Path(notebook.output).name
         shutil.copy2(notebook.output, staged)
         downloads = _copy_downloads(notebook.parameters.get("results_dir"), target / "results" / staged.stem)
         _present_for_readers(staged, notebook.parameters, downloads, footer=provenance_footer(record, notebook))
+        for path in (staged, *downloads):  # what a reader downloads names no folder of the build machine
+            atomic_write_text(path, without_machine_folders(path.read_text(encoding="utf-8"), prefixes))
     shutil.copy2(Path(record.run_dir) / "run.json", target / "run.json")
     atomic_write_text(target / "reproducibility.md", render_reproducibility(record))
     ledger = build_ledger(record.run_dir)
     atomic_write_text(target / "claims.md", render_claims_page(ledger, run_id=record.run_id))
     atomic_write_text(target / "start_here.md", render_start_here(record, ledger))  # the crs-start-here directive
     return target
+
+
+def _machine_folders(record: RunRecord) -> list[tuple[str, str]]:
+    """The build machine's folders a staged file may name, and what a reader's copy says instead."""
+    run = Path(record.run_dir)
+    return [(str(run.resolve()), "."), (str(run.absolute()), "."), (str(cache_dir()), "$CRS_CACHE_DIR"),
+            (str(REPO_ROOT), "."), (str(Path.home()), "~")]
+
+
+def without_machine_folders(text: str, folders: Sequence[tuple[str, str]]) -> str:
+    """``text`` with each absolute folder (and what lies below it) written from its replacement instead.
+
+    Longer folders go first, so a cache inside the home folder becomes ``$CRS_CACHE_DIR``, not ``~/...``;
+    a folder matches only whole (``/work/a`` leaves ``/work/ab`` alone).
+
+    Examples
+    --------
+    >>> without_machine_folders('{"path": "/srv/run7/results/t.csv", "other": "/srv/run70"}', [("/srv/run7", ".")])
+    '{"path": "./results/t.csv", "other": "/srv/run70"}'
+    """
+    for folder, short in sorted(folders, key=lambda pair: -len(pair[0])):
+        if len(folder) > 1:
+            text = re.sub(re.escape(folder) + r"(?=[/\\\"'\s,;)\]]|$)", lambda _m, s=short: s, text)
+    return text
 
 
 #: Result files a chapter's readers can download (tables and reports; not arrays or caches).

@@ -238,7 +238,7 @@ def test_collect_provenance_hashes_data_zoo_and_weights(tmp_path, monkeypatch) -
     }
 
 
-def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
+def test_stage_run_copies_the_run_into_book_generated(tmp_path, monkeypatch) -> None:
     import nbformat
 
     from crslib.claims import CLAIM_IDS
@@ -253,13 +253,16 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
         results = run_dir / "results" / name
         results.mkdir(parents=True)
         (results / "table.csv").write_text("a,b\n1,2\n")
+        (results / "audit.json").write_text(json.dumps({"path": str(tmp_path / "cache" / "phantom" / "x.png"),
+                                                        "results": str(results)}))
         (results / "embeddings.npy").write_bytes(b"not for readers")
         nb = nbformat.v4.new_notebook(cells=[
             nbformat.v4.new_markdown_cell("# Title"),
             nbformat.v4.new_code_cell("seed = 0", metadata={"tags": ["parameters"]}),
             nbformat.v4.new_code_cell(f"# Parameters\nseed = 1\nresults_dir = {str(results)!r}",
                                       metadata={"tags": ["injected-parameters"]}),
-            nbformat.v4.new_code_cell("print(seed)")])
+            nbformat.v4.new_code_cell("print(seed)", outputs=[nbformat.v4.new_output(
+                "stream", name="stdout", text=f"wrote {results}/table.csv from {tmp_path / 'cache'}/emb.npy\n")])])
         nbformat.write(nb, output)
         notebooks.append(NotebookRecord(name, {"seed": 1, "model": "<b>m|x</b>", "results_dir": str(results)}, 2.0,
                                         str(output)))
@@ -269,12 +272,18 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
     book = tmp_path / "book_root"
     (book / GENERATED).mkdir(parents=True)
     (book / GENERATED / "stale.ipynb").write_text("from an older run")
+    monkeypatch.setenv("CRS_CACHE_DIR", str(tmp_path / "cache"))
     target = stage_run(record, book_root=book)
     assert target == book / "book" / "generated"
     assert sorted(p.name for p in target.iterdir()) == ["01_a.ipynb", "02_b.ipynb", "claims.md", "reproducibility.md",
                                                         "results", "run.json", "start_here.md"]
     assert sorted(p.relative_to(target / "results").as_posix() for p in (target / "results").rglob("*.*")) == [
-        "01_a/table.csv", "02_b/table.csv"]  # tables, not arrays
+        "01_a/audit.json", "01_a/table.csv", "02_b/audit.json", "02_b/table.csv"]  # tables, not arrays
+    # what a reader downloads names no folder of the build machine
+    for path in [*target.glob("*.ipynb"), *(target / "results").rglob("*.*")]:
+        assert str(tmp_path) not in path.read_text(), path.name
+    assert json.loads((target / "results" / "01_a" / "audit.json").read_text()) == {
+        "path": "$CRS_CACHE_DIR/phantom/x.png", "results": "./results/01_a"}
     for notebook in notebooks:
         staged = nbformat.read(target / Path(notebook.output).name, as_version=4)
         assert [c.metadata.get("tags", []) for c in staged.cells[1:3]] == [["parameters", "remove-cell"],
@@ -285,11 +294,13 @@ def test_stage_run_copies_the_run_into_book_generated(tmp_path) -> None:
         assert "&lt;b&gt;m&#124;x&lt;/b&gt;" in box and "<b>" not in box  # escaped, and no table cell split
         assert "results_dir" not in box and str(run_dir) not in box
         assert staged.cells[4].source == "print(seed)"
+        assert staged.cells[4].outputs[0].text == f"wrote ./results/{notebook.name}/table.csv from $CRS_CACHE_DIR/emb.npy\n"
         footer = staged.cells[-1].source
         assert footer.startswith("---\n**Provenance.** Commit <code>not recorded (not a git checkout)</code>, run "
                                  "<code>r1</code> (preset <code>quick</code>), executed 2026-01-01T00:00:00+00:00")
         assert staged.cells[-2].source == (f"**Downloads.** This chapter's result tables and reports, as this run "
-                                           f"wrote them: {{download}}`table.csv <results/{notebook.name}/table.csv>`.")
+                                           f"wrote them: {{download}}`audit.json <results/{notebook.name}/audit.json>`, "
+                                           f"{{download}}`table.csv <results/{notebook.name}/table.csv>`.")
     assert (target / "run.json").read_bytes() == (run_dir / "run.json").read_bytes()
     assert (target / "reproducibility.md").read_text() == render_reproducibility(record)
     claims_page = (target / "claims.md").read_text()
