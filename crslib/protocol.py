@@ -58,6 +58,7 @@ __all__ = [
     "effect_summary",
     "headline_table",
     "validation_to_test",
+    "transfer_gaps",
     "repeated_partitions",
     "checklist_evidence",
 ]
@@ -616,6 +617,27 @@ def validation_to_test(
 
 
 # --------------------------------------------------------------------------- split-level uncertainty
+
+
+def transfer_gaps(transfers: pd.DataFrame, metric: str = "balanced_accuracy") -> pd.Series:
+    """|test - validation| of ``metric`` for each validation-fitted threshold of a :func:`validation_to_test`
+    table: every model and rule except the fixed ones (``fixed_*``), which nothing fitted.
+
+    Their mean is the run's validation-to-test gap that chapter 04 states and the claims ledger tests; one
+    computation, so both quote the same number.
+
+    Examples
+    --------
+    >>> t = pd.DataFrame({"rule": ["fixed_0.5", "youden", "youden"], "metric": ["balanced_accuracy"] * 3,
+    ...                   "gap": [0.9, -0.1, 0.05]})
+    >>> transfer_gaps(t).tolist()
+    [0.1, 0.05]
+    """
+    missing = [c for c in ("rule", "metric", "gap") if c not in transfers.columns]
+    if missing:
+        raise InputError(f"transfers needs the columns rule, metric and gap; missing {', '.join(missing)}")
+    rows = transfers[(transfers["metric"] == metric) & ~transfers["rule"].astype(str).str.startswith("fixed")]
+    return pd.to_numeric(rows["gap"], errors="coerce").abs().reset_index(drop=True)
 
 
 def repeated_partitions(

@@ -314,6 +314,9 @@ def risk_tables(root, scores, selected):
         write(root, "06_representation_risk", f"spread_{task}.csv", pd.DataFrame({
             "candidate": [f"{e}/linear" for e in encoders], "mean": [scores[e][task] for e in encoders],
             "times_selected": [picks.get(e, 0) for e in encoders], "n_partitions": 3}))
+    write(root, "06_representation_risk", "stability.csv", pd.DataFrame(
+        {"distinct encoders selected": {task: sum(n > 0 for n in picks.values()) for task, picks in selected.items()}}),
+        index=True)
 
 
 def test_risk_rules(tmp_path):
@@ -436,3 +439,18 @@ def test_each_row_says_whether_its_effect_was_planted_and_shows_the_null_phantom
     assert {v.origin for v in verdicts(tmp_path).values()} == {"your data", ""}
     (tmp_path / "run.json").unlink()
     assert {v.origin for v in verdicts(tmp_path).values()} == {""}
+
+
+def test_instability_counts_the_choices_chapter_06_shows_not_the_heads(tmp_path):
+    """The issue's case: chapter 06 showed 2 distinct choices, the claim counted 3 candidates (one encoder, two
+    heads). Both now read the stability table."""
+    scores = {"a": {"t": 0.6}, "b": {"t": 0.5}}
+    risk_tables(tmp_path, scores, {"t": {"a": 2, "b": 1}})
+    spread = pd.read_csv(tmp_path / "results" / "06_representation_risk" / "spread_t.csv")
+    spread = pd.concat([spread, spread.assign(candidate=["a/knn", "b/knn"], times_selected=[1, 0])])
+    write(tmp_path, "06_representation_risk", "spread_t.csv", spread)  # 3 candidates selected, 2 encoders
+    got = verdicts(tmp_path)["partitions-reveal-instability"]
+    assert got.verdict == "held" and "t 2" in got.reason and "1 of 1 task(s)" in got.reason
+    write(tmp_path, "06_representation_risk", "stability.csv",
+          pd.DataFrame({"distinct encoders selected": {"t": 1}}), index=True)
+    assert verdicts(tmp_path)["partitions-reveal-instability"].verdict == "not held"
