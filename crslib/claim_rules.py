@@ -18,7 +18,7 @@ import pandas as pd
 
 from crslib import paper
 from crslib.data import is_phantom_spec, phantom_parameters
-from crslib.protocol import transfer_gaps
+from crslib.protocol import calibration_excess, transfer_gaps
 from crslib.stats import bootstrap_ci
 
 #: Columns of a chapter's ``measures.csv``: quantities a notebook computed that no other table holds as numbers.
@@ -527,27 +527,21 @@ def threshold_transfer_imperfect(t: Tables) -> Outcome:
 
 
 def calibration_transfer_imperfect(t: Tables) -> Outcome:
-    table = t.csv("04_protocol_sensitivity", "calibration_transfer.csv",
-                  columns=("method", "ece_uniform_before", "ece_uniform_after"))
+    table = t.csv("04_protocol_sensitivity", "calibration_transfer.csv", columns=("method",))
     if "ece_uniform_floor_after" not in table.columns:
         raise NotEvaluated("04_protocol_sensitivity/calibration_transfer.csv has no ece_uniform_floor_after "
                            "(the ECE a calibrated model shows on this test set): rerun chapter 04")
-    rows = table[table["method"] != "none"]
-    excess = pd.to_numeric(rows["ece_uniform_after"], errors="coerce") - pd.to_numeric(
-        rows["ece_uniform_floor_after"], errors="coerce")
-    value, low, high = _mean_interval(excess)
-    before = float(pd.to_numeric(rows["ece_uniform_before"], errors="coerce").mean())
-    after = float(pd.to_numeric(rows["ece_uniform_after"], errors="coerce").mean())
-    floor = float(pd.to_numeric(rows["ece_uniform_floor_after"], errors="coerce").mean())
+    fits = calibration_excess(table)  # chapter 04 states the same means
+    value, low, high = _mean_interval(fits["excess"])
     outcome = _against(value, low, high, 0.0,
                        above="calibration fitted on validation leaves test ECE above what a calibrated model "
                              "shows, by more than",
                        below="calibration fitted on validation leaves test ECE within what a calibrated model "
                              "shows on this test set, below", below_verdict="not held")
     return Outcome(value, outcome.interval, outcome.verdict, outcome.reason.replace(
-        "This run:", f"Test ECE {_f(before)} before and {_f(after)} after calibration, where a perfectly "
-        f"calibrated model would show up to {_f(floor)} on this test set (95th percentile); mean excess over that "
-        f"({len(rows)} fits):"))
+        "This run:", f"Test ECE {_f(fits['before'].mean())} before and {_f(fits['after'].mean())} after "
+        f"calibration, where a perfectly calibrated model would show up to {_f(fits['floor'].mean())} on this test "
+        f"set (95th percentile); mean excess over that ({len(fits)} fits):"))
 
 
 # ---------------------------------------------------------------- Representation risk (chapter 06)

@@ -59,6 +59,7 @@ __all__ = [
     "headline_table",
     "validation_to_test",
     "transfer_gaps",
+    "calibration_excess",
     "repeated_partitions",
     "checklist_evidence",
 ]
@@ -638,6 +639,31 @@ def transfer_gaps(transfers: pd.DataFrame, metric: str = "balanced_accuracy") ->
         raise InputError(f"transfers needs the columns rule, metric and gap; missing {', '.join(missing)}")
     rows = transfers[(transfers["metric"] == metric) & ~transfers["rule"].astype(str).str.startswith("fixed")]
     return pd.to_numeric(rows["gap"], errors="coerce").abs().reset_index(drop=True)
+
+
+def calibration_excess(calibration: pd.DataFrame) -> pd.DataFrame:
+    """Each validation-fitted calibration of a :func:`validation_to_test` table (``what="calibration"``; the
+    ``none`` rows left out): test ECE ``before`` and ``after`` it, the ECE a perfectly calibrated model shows on
+    the same test set (``floor``, :func:`crslib.metrics.calibration_floor`) and ``excess = after - floor``.
+
+    Chapter 04 states their means and the claims ledger tests the excess: one computation, one number.
+
+    Examples
+    --------
+    >>> c = pd.DataFrame({"method": ["none", "platt"], "ece_uniform_before": [0.2, 0.2],
+    ...                   "ece_uniform_after": [0.2, 0.12], "ece_uniform_floor_after": [0.08, 0.07]})
+    >>> calibration_excess(c).round(3).to_dict("records")
+    [{'before': 0.2, 'after': 0.12, 'floor': 0.07, 'excess': 0.05}]
+    """
+    need = ("method", "ece_uniform_before", "ece_uniform_after", "ece_uniform_floor_after")
+    missing = [c for c in need if c not in calibration.columns]
+    if missing:
+        raise InputError(f"calibration needs the columns {', '.join(need)}; missing {', '.join(missing)}")
+    rows = calibration[calibration["method"] != "none"]
+    out = pd.DataFrame({"before": pd.to_numeric(rows["ece_uniform_before"], errors="coerce"),
+                        "after": pd.to_numeric(rows["ece_uniform_after"], errors="coerce"),
+                        "floor": pd.to_numeric(rows["ece_uniform_floor_after"], errors="coerce")})
+    return out.assign(excess=out["after"] - out["floor"]).reset_index(drop=True)
 
 
 def repeated_partitions(
