@@ -700,7 +700,9 @@ def factor_text(table: pd.DataFrame, left_out: bool) -> str:
         lowest, n_lowest = ranked.iloc[-1]["factor"], int(ranked.iloc[-1]["n_pairs"])
         evidence = f" (on {n_lowest} pair{'s' if n_lowest != 1 else ''})"
         text += ("Changing the objective moved the neighbours more than any other single factor here" + evidence
-                 + ", in line with the paper's finding that convergence depended on the pretraining objective."
+                 + ". Whether that bears out the paper's finding that the objective decides convergence is the "
+                 "claims ledger's verdict (objective-drives-convergence, in the box at the end of this chapter), "
+                 "which needs two seeds of each objective."
                  if lowest == "objective" else
                  f"Changing {lowest} moved the neighbours most here{evidence}, more than changing the objective; "
                  "the paper found the objective decisive across its 101 models, which this small phantom zoo need "
