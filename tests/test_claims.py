@@ -300,6 +300,7 @@ def test_shortcut_at_chance_on_test_needs_equivalence_not_a_wide_interval(tmp_pa
     ((0.85, 0.8, 0.9), (0.90, 0.80, 0.99), "inconclusive"),   # above it, the interval includes it
     ((0.946, 0.872, 1.0), (0.883, 0.656, 1.0), "not held"),   # the case: below it, the other way
     ((0.85, 0.8, 0.9), (0.6, 0.5, 0.7), "reversed"),          # below it, beyond the interval
+    ((0.9997, 0.999, 1.0), (0.9986, 0.995, 1.0), "not evaluated"),  # the default build: no room above 1.000
 ])
 def test_normal_partition_auc_pointing_the_other_way_is_not_inconclusive(tmp_path, overall, normal, expected):
     audit_tables(tmp_path, overall, normal, (0.9, 0.8, 1.0), (0.5, 0.46, 0.54))
