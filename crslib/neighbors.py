@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 __all__ = [
     "METRICS",
     "knn_indices",
+    "shared_neighbours",
     "BACKENDS",
 ]
 
@@ -548,3 +549,48 @@ def _check_index_array(I: Any, name: str) -> np.ndarray:
 def _intersections(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     both = np.sort(np.concatenate([A, B], axis=1), axis=1)
     return (both[:, 1:] == both[:, :-1]).sum(axis=1)
+
+
+def shared_neighbours(X_a: Any, X_b: Any, rows: Any, *, k: int = 10, exclude_groups: Any = None) -> pd.DataFrame:
+    """The ``k`` nearest neighbours of some images under two encoders, and which of them both return.
+
+    What the mutual kNN overlap averages, for a few images a reader can look
+    at: for each query row, its neighbours under encoder ``a`` and under
+    encoder ``b`` (cosine, the query's own group left out), rank by rank.
+
+    Parameters
+    ----------
+    X_a, X_b : array-like of shape (N, d_a) and (N, d_b)
+        The two encoders' embeddings of the same N images, in the same order.
+    rows : array-like of int
+        The query images (row numbers).
+    k : int
+    exclude_groups : array-like of shape (N,), optional
+        Patient ids: a query's own patient's other images are not neighbours.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per query and rank: ``query``, ``rank`` (1 = nearest),
+        ``neighbour_a``, ``neighbour_b``, ``shared_a`` (``neighbour_a`` is
+        among ``b``'s k too), ``shared_b``; ``overlap`` (the query's share of
+        shared neighbours) repeats on each of its rows.
+
+    Examples
+    --------
+    >>> X = np.array([[1, 0], [1, 0.1], [1, 0.3], [0, 1], [0.1, 1], [0.3, 1]])
+    >>> t = shared_neighbours(X, X, [0], k=2)
+    >>> t[["rank", "neighbour_a", "shared_a"]].values.tolist(), float(t["overlap"].iloc[0])
+    ([[1, 1, True], [2, 2, True]], 1.0)
+    """
+    rows = np.asarray(rows, dtype=np.int64)
+    a = knn_indices(X_a, k=k, exclude_groups=exclude_groups, queries=rows)
+    b = knn_indices(X_b, k=k, exclude_groups=exclude_groups, queries=rows)
+    records = []
+    for query, near_a, near_b in zip(rows.tolist(), a, b):
+        in_a, in_b = set(near_a.tolist()), set(near_b.tolist())
+        overlap = len(in_a & in_b) / k
+        records += [{"query": query, "rank": rank + 1, "neighbour_a": int(na), "neighbour_b": int(nb_),
+                     "shared_a": int(na) in in_b, "shared_b": int(nb_) in in_a, "overlap": overlap}
+                    for rank, (na, nb_) in enumerate(zip(near_a, near_b))]
+    return pd.DataFrame(records)

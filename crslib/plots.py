@@ -170,6 +170,52 @@ def _draw_images(axes: np.ndarray, images: Sequence[np.ndarray], titles: Sequenc
             ax.set_title(titles[index], fontsize=7)
 
 
+def neighbour_strips(table: Any, images: Any, names: tuple[str, str]) -> Figure:
+    """Each query image beside its nearest neighbours under two encoders, the shared ones outlined.
+
+    Parameters
+    ----------
+    table : pandas.DataFrame
+        :func:`crslib.neighbors.shared_neighbours`' table.
+    images : mapping or sequence
+        ``images[row]`` is the image of that row (float in [0, 1]).
+    names : (str, str)
+        The two encoders, as the rows' labels say them.
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> t = pd.DataFrame({"query": [0, 0], "rank": [1, 2], "neighbour_a": [1, 2], "neighbour_b": [2, 3],
+    ...                   "shared_a": [False, True], "shared_b": [True, False], "overlap": [0.5, 0.5]})
+    >>> fig = neighbour_strips(t, {i: np.full((4, 4), i / 4) for i in range(4)}, ("a", "b"))
+    >>> len(fig.axes)  # one query, two strips of 1 + 2 images
+    6
+    """
+    queries = list(dict.fromkeys(table["query"]))
+    k = int(table["rank"].max())
+    short = [str(n).split("?")[0].split(":")[-1].split("/")[-1] for n in names]  # public:open_nsfw -> open_nsfw
+    figure, axes = plt.subplots(2 * len(queries), k + 1, figsize=(0.9 * (k + 1), 2.2 * len(queries) + 0.5),
+                                squeeze=False, layout="constrained")
+    figure.get_layout_engine().set(h_pad=0.12)  # room for each strip's label above it
+    for q, query in enumerate(queries):
+        rows = table[table["query"] == query].sort_values("rank")
+        for side, (column, shared) in enumerate((("neighbour_a", "shared_a"), ("neighbour_b", "shared_b"))):
+            line = axes[2 * q + side]
+            _draw_images(line, [images[query], *(images[r] for r in rows[column])], None)
+            label = (f"{short[side]}: the query (overlap {rows['overlap'].iloc[0]:.1f}) and its {k} nearest"
+                     if side == 0 else f"{short[side]}: the same query and its {k} nearest")
+            # above the strip, left-aligned, outside the layout so that it does not squeeze the first column
+            line[0].annotate(label, xy=(0, 1.03), xycoords="axes fraction", ha="left", va="bottom", fontsize=9,
+                             annotation_clip=False).set_in_layout(False)
+            for ax, is_shared in zip(line[1:], rows[shared]):
+                ax.axis("on")
+                ax.set(xticks=[], yticks=[])
+                for spine in ax.spines.values():
+                    spine.set(color="#d62728" if is_shared else "#cccccc", linewidth=3 if is_shared else 0.5)
+    figure.suptitle("Nearest neighbours under two encoders (outlined red: returned by both)", fontsize=10)
+    return figure
+
+
 def image_panels(
     panels: Sequence[tuple[str, Sequence[np.ndarray], Sequence[str] | None, int]],
     *,

@@ -64,9 +64,9 @@ import seaborn as sns
 from IPython.display import HTML, Markdown, display
 
 import crslib
-from crslib import agreement, ann, claims, paper, plots, probes, similarity, subgroups
+from crslib import agreement, ann, claims, neighbors, paper, plots, probes, similarity, subgroups
 from crslib import factors as model_factors
-from crslib.data import drop_unreadable, load_data
+from crslib.data import drop_unreadable, load_data, read_images
 from crslib.embed import embed_models
 from crslib.models import is_random_init, random_init_spec, zoo_specs
 from crslib.models.lineup import parse_model_list, resolve_models
@@ -513,6 +513,34 @@ if by_level is not None:
     display(Markdown("Mean overlap per level: " + "; ".join(
         f"{code(column)} {row['min']:.3f}-{row['max']:.3f} over {int(row['size'])} levels"
         for column, row in spread.iterrows()) + f" (chance {chance:.3f})."))
+
+# %% [markdown]
+# ### An image and its neighbours
+#
+# The overlap is an average over images. Here are three images of this run, each beside its 10 nearest
+# neighbours under each encoder of the pair above: the image whose two encoders agree most, the median
+# one, and the one whose encoders agree least. A red outline marks a neighbour that both encoders return.
+
+# %% tags=["hide-input"] mystnb={"figure": {"caption": "Three images and their nearest neighbours under the two encoders of the pair above (a patient's own images left out); red outlines: neighbours both return.", "name": "fig-02-11"}, "image": {"alt": "Rows of small images: each query image followed by its ten nearest neighbours under one encoder, then under the other"}}
+if has_pair:
+    order = np.argsort(focus_per_image, kind="stable")
+    strip_rows = [int(order[-1]), int(order[len(order) // 2]), int(order[0])]
+    strips = neighbors.shared_neighbours(embeddings[focus_pair[0]], embeddings[focus_pair[1]], strip_rows, k=k,
+                                         exclude_groups=groups)
+    needed = sorted(set(strips["query"]) | set(strips["neighbour_a"]) | set(strips["neighbour_b"]))
+    pictures, _ = read_images(manifest["path"].iloc[needed])
+    plots.neighbour_strips(strips, dict(zip(needed, pictures)), focus_pair)
+    plt.show()
+
+# %% tags=["hide-input"]
+if has_pair:
+    shared = strips.groupby("query", sort=False)["overlap"].first()
+    display(Markdown(
+        f"Of their {k} nearest neighbours, {code(focus_pair[0])} and {code(focus_pair[1])} share "
+        + ", ".join(str(round(v * k)) for v in shared) + " for these three images (the most, the median and the "
+        f"fewest of this run's {len(focus_per_image)} images); on average they share {focus_per_image.mean() * k:.1f}, "
+        f"the pair's overlap of {focus_per_image.mean():.3f}."
+    ))
 
 # %% [markdown]
 # ## Is agreement tied to accuracy?

@@ -1607,3 +1607,23 @@ def test_agreement_matrix_checks_search_options_before_any_search():
         "nprobe must be a positive integer or None, got 0")
     assert error_message(ag.agreement_matrix, pair, k=5, target_recall=1.5) == (
         "target_recall must be a number in (0, 1], got 1.5")
+
+
+def test_shared_neighbours_are_what_the_per_image_overlap_counts():
+    from crslib.neighbors import knn_indices, shared_neighbours
+
+    rng = np.random.default_rng(4)
+    X_a = rng.normal(size=(120, 8))
+    X_b = X_a + rng.normal(scale=0.8, size=X_a.shape)  # a second encoder that mostly, not always, agrees
+    groups = np.repeat(np.arange(40), 3)
+    rows = [0, 17, 119]
+    table = shared_neighbours(X_a, X_b, rows, k=5, exclude_groups=groups)
+    assert len(table) == 15 and table["rank"].tolist() == [1, 2, 3, 4, 5] * 3
+    per_image = ag.mutual_knn_overlap_per_image(X_a, X_b, k=5, exclude_groups=groups)
+    for query, rows_q in table.groupby("query", sort=False):
+        assert rows_q["overlap"].iloc[0] == pytest.approx(per_image[query])
+        assert rows_q["neighbour_a"].tolist() == knn_indices(X_a, k=5, exclude_groups=groups)[query].tolist()
+        assert rows_q["shared_a"].sum() == rows_q["shared_b"].sum() == round(5 * per_image[query])
+        assert not set(rows_q["neighbour_a"]) & set(np.flatnonzero(groups == groups[query]))  # no same patient
+        assert all(s == (n in set(rows_q["neighbour_b"])) for n, s in zip(rows_q["neighbour_a"], rows_q["shared_a"]))
+    assert 0 < table["overlap"].mean() < 1
