@@ -539,10 +539,10 @@ def calibration_transfer_imperfect(t: Tables) -> Outcome:
     fits = calibration_excess(table)  # chapter 04 states the same means
     value, low, high = _mean_interval(fits["excess"])
     outcome = _against(value, low, high, 0.0,
-                       above="calibration fitted on validation leaves test ECE above what a calibrated model "
-                             "shows, by more than",
-                       below="calibration fitted on validation leaves test ECE within what a calibrated model "
-                             "shows on this test set, below", below_verdict="not held")
+                       above="so calibration fitted on validation leaves test ECE beyond what a calibrated model "
+                             "shows: the excess is above",
+                       below="so calibration fitted on validation leaves test ECE within what a calibrated model "
+                             "shows: the excess is below", below_verdict="not held")
     return Outcome(value, outcome.interval, outcome.verdict, outcome.reason.replace(
         "This run:", f"Test ECE {_f(fits['before'].mean())} before and {_f(fits['after'].mean())} after "
         f"calibration, where a perfectly calibrated model would show up to {_f(fits['floor'].mean())} on this test "
