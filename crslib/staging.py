@@ -236,9 +236,9 @@ def render_start_here(record: RunRecord, ledger: Ledger) -> str:
     --------
     >>> from crslib.claims import build_ledger
     >>> rec = RunRecord("r1", ".", "quick", {}, "2026-01-01T00:00:00+00:00",
-    ...                 notebooks=[NotebookRecord("02_agreement", {"data": "/home/me/xrays", "models": "zoo:*"}, 1, "")])
+    ...                 notebooks=[NotebookRecord("02_agreement", {"data": "/data/study/xrays", "models": "zoo:*"}, 1, "")])
     >>> page = render_start_here(rec, build_ledger("."))
-    >>> "your images (folder `xrays`)" in page and "/home/me" not in page
+    >>> "your images (folder `xrays`)" in page and "/data/study" not in page
     True
     """
     data = list(dict.fromkeys(str(n.parameters["data"]) for n in record.notebooks if n.parameters.get("data")))
@@ -298,7 +298,7 @@ def without_machine_folders(text: str, folders: Sequence[tuple[str, str]]) -> st
     """``text`` with each absolute folder (and what lies below it) written from its replacement instead.
 
     Longer folders go first, so a cache inside the home folder becomes ``$CRS_CACHE_DIR``, not ``~/...``;
-    a folder matches only whole (``/work/a`` leaves ``/work/ab`` alone).
+    a folder matches only whole (``/srv/a`` leaves ``/srv/ab`` alone).
 
     Examples
     --------
